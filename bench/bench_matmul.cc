@@ -1,0 +1,204 @@
+// Throughput of the CPU matmul kernels on the Gemma 4 12B projection shapes.
+//
+// Prints the machine's streaming read bandwidth (the ceiling for decode), the thread pool's per-call
+// overhead, GB/s of weight bytes for decode shapes (m = 1..8, memory-bound) and GFLOP/s for prefill
+// shapes (m = 64..512, compute-bound), in both precision modes.
+//
+// Usage: bench_matmul [--quick] [--isa=avx2] [--decode-only] [--prefill-only]
+// Threads: $LAYERPIPE_THREADS (default: all hardware threads).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/bf16.h"
+#include "engine/cpu/matmul.h"
+#include "engine/cpu/thread_pool.h"
+
+namespace layerpipe {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Best-of-`reps` seconds for fn().
+template <typename Fn>
+double BestTime(int reps, Fn&& fn) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = Now();
+    fn();
+    best = std::min(best, Now() - t0);
+  }
+  return best;
+}
+
+// Streaming read of a buffer much larger than the last-level cache, split over the pool's threads.
+double ReadBandwidthGBs(ThreadPool& pool, size_t bytes, int reps) {
+  const size_t floats = bytes / sizeof(float);
+  std::vector<float> buf(floats);
+  pool.ParallelFor(static_cast<int64_t>(floats), [&](int64_t b, int64_t e) {  // first touch per thread
+    std::fill(buf.data() + b, buf.data() + e, 1.0f);
+  });
+  std::vector<float> sums(pool.size() * 16);
+  const double t = BestTime(reps, [&] {
+    pool.ParallelFor(pool.size(), [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t b = static_cast<int64_t>(floats) * t / pool.size() / 32 * 32;
+        const int64_t e = static_cast<int64_t>(floats) * (t + 1) / pool.size() / 32 * 32;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t i = b; i < e; i += 32) {
+          a0 = _mm256_add_ps(a0, _mm256_load_ps(buf.data() + i));
+          a1 = _mm256_add_ps(a1, _mm256_load_ps(buf.data() + i + 8));
+          a2 = _mm256_add_ps(a2, _mm256_load_ps(buf.data() + i + 16));
+          a3 = _mm256_add_ps(a3, _mm256_load_ps(buf.data() + i + 24));
+        }
+        const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+        _mm256_storeu_ps(sums.data() + t * 16, s);
+      }
+    });
+  });
+  if (sums[0] < 0) std::printf("impossible\n");  // keeps the loads observable
+  return bytes / t / 1e9;
+}
+
+double PoolOverheadUs(ThreadPool& pool, int calls) {
+  std::vector<int64_t> sink(pool.size() * 16);
+  const double t0 = Now();
+  for (int i = 0; i < calls; ++i) {
+    pool.ParallelFor(pool.size(), [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) sink[t * 16] += t;
+    });
+  }
+  return (Now() - t0) / calls * 1e6;
+}
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+
+// Real 12B projections: y = x · Wᵀ with W [n, k].
+constexpr Shape kShapes[] = {
+    {"q_proj", 4096, 3840},     {"k_proj", 2048, 3840},      {"o_proj", 3840, 4096},
+    {"gate/up_proj", 15360, 3840}, {"down_proj", 3840, 15360},
+};
+
+std::vector<uint16_t> RandomBf16(size_t count, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  std::vector<uint16_t> v(count);
+  for (auto& e : v) e = F32ToBf16(dist(rng));
+  return v;
+}
+
+std::vector<float> RandomF32(size_t count, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(count);
+  for (auto& e : v) e = dist(rng);
+  return v;
+}
+
+struct Options {
+  bool quick = false;
+  bool decode = true;
+  bool prefill = true;
+  MatmulIsa isa = ActiveMatmulIsa();
+};
+
+void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
+  std::printf("\n== decode (memory-bound): GB/s of bf16 weight bytes read ==\n");
+  std::printf("%-13s %6s %6s %3s %12s %12s\n", "shape", "n", "k", "m", "bf16-x GB/s", "fp32-x GB/s");
+  const int64_t ms[] = {1, 2, 4, 8};
+  for (const Shape& s : kShapes) {
+    // Enough copies of W that cycling through them defeats the 32 MiB L3, as real layers do.
+    const size_t w_elems = static_cast<size_t>(s.n * s.k);
+    const int copies = static_cast<int>(std::max<size_t>(2, (size_t{256} << 20) / (w_elems * 2)));
+    std::vector<std::vector<uint16_t>> ws;
+    for (int c = 0; c < copies; ++c) ws.push_back(RandomBf16(w_elems, rng));
+    for (int64_t m : ms) {
+      if (opt.quick && m != 1 && m != 8) continue;
+      const std::vector<float> x = RandomF32(m * s.k, rng);
+      std::vector<float> y(m * s.n);
+      double gbs[2];
+      for (int mode = 0; mode < 2; ++mode) {
+        const bool x_as_bf16 = mode == 0;
+        int next = 0;
+        const int reps = opt.quick ? 2 * copies : 4 * copies;
+        const double t = BestTime(reps, [&] {
+          MatmulBf16WithIsa(opt.isa, x.data(), m, s.k, ws[next].data(), s.n, y.data(), pool, x_as_bf16);
+          next = (next + 1) % copies;
+        });
+        gbs[mode] = w_elems * 2 / t / 1e9;
+      }
+      std::printf("%-13s %6lld %6lld %3lld %12.1f %12.1f\n", s.name, static_cast<long long>(s.n),
+                  static_cast<long long>(s.k), static_cast<long long>(m), gbs[0], gbs[1]);
+    }
+  }
+}
+
+void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
+  std::printf("\n== prefill (compute-bound): GFLOP/s (2*m*n*k per call) ==\n");
+  std::printf("%-13s %6s %6s %4s %13s %13s\n", "shape", "n", "k", "m", "bf16-x GFLOP/s", "fp32-x GFLOP/s");
+  const int64_t ms[] = {64, 256, 512};
+  for (const Shape& s : kShapes) {
+    const std::vector<uint16_t> w = RandomBf16(static_cast<size_t>(s.n * s.k), rng);
+    for (int64_t m : ms) {
+      if (opt.quick && m != 256) continue;
+      const std::vector<float> x = RandomF32(m * s.k, rng);
+      std::vector<float> y(m * s.n);
+      double gflops[2];
+      for (int mode = 0; mode < 2; ++mode) {
+        const bool x_as_bf16 = mode == 0;
+        const double t = BestTime(opt.quick ? 2 : 3, [&] {
+          MatmulBf16WithIsa(opt.isa, x.data(), m, s.k, w.data(), s.n, y.data(), pool, x_as_bf16);
+        });
+        gflops[mode] = 2.0 * m * s.n * s.k / t / 1e9;
+      }
+      std::printf("%-13s %6lld %6lld %4lld %13.1f %13.1f\n", s.name, static_cast<long long>(s.n),
+                  static_cast<long long>(s.k), static_cast<long long>(m), gflops[0], gflops[1]);
+    }
+  }
+}
+
+int Main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      opt.quick = true;
+    } else if (a == "--isa=avx2") {
+      opt.isa = MatmulIsa::kAvx2;
+    } else if (a == "--decode-only") {
+      opt.prefill = false;
+    } else if (a == "--prefill-only") {
+      opt.decode = false;
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--isa=avx2] [--decode-only] [--prefill-only]\n", argv[0]);
+      return 2;
+    }
+  }
+  ThreadPool& pool = DefaultThreadPool();
+  std::printf("threads: %d   kernel (bf16-x mode): %s   avx512bf16 on this CPU: %s\n", pool.size(),
+              std::string(MatmulIsaName(opt.isa)).c_str(), CpuSupportsAvx512Bf16() ? "yes" : "no");
+  std::printf("fp32-x mode always runs the avx2 kernel\n");
+  std::printf("streaming read bandwidth (1 GiB, %d threads): %.1f GB/s\n", pool.size(),
+              ReadBandwidthGBs(pool, size_t{1} << 30, opt.quick ? 3 : 5));
+  std::printf("ParallelFor overhead (empty body): %.2f us/call\n", PoolOverheadUs(pool, 20000));
+  std::mt19937 rng(1234);
+  if (opt.decode) RunDecode(opt, pool, rng);
+  if (opt.prefill) RunPrefill(opt, pool, rng);
+  return 0;
+}
+
+}  // namespace
+}  // namespace layerpipe
+
+int main(int argc, char** argv) { return layerpipe::Main(argc, argv); }

@@ -1,0 +1,54 @@
+#include "cli/cli_util.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+
+namespace layerpipe::cli {
+
+int Fail(const std::string& command, const absl::Status& status) {
+  std::fprintf(stderr, "layerpipe %s: %s\n", command.c_str(), std::string(status.message()).c_str());
+  return absl::IsInvalidArgument(status) ? 2 : 1;
+}
+
+std::optional<Args> ParseOrExit(const std::string& command, const std::vector<std::string>& argv,
+                                std::vector<FlagSpec> specs, int* exit_code) {
+  specs.push_back({"help", true, false, "show this help"});
+  auto args = Args::Parse(argv, specs);
+  if (!args.ok()) {
+    *exit_code = Fail(command, args.status());
+    std::fputs(Usage(command, specs).c_str(), stderr);
+    return std::nullopt;
+  }
+  if (args->Has("help")) {
+    std::fputs(Usage(command, specs).c_str(), stdout);
+    *exit_code = 0;
+    return std::nullopt;
+  }
+  return *std::move(args);
+}
+
+std::vector<FlagSpec> EngineFlagSpecs() {
+  return {{"precision", false, false, "bf16 (default, fast) or fp32 (activations and KV cache in fp32)"},
+          {"threads", false, false, "compute threads (default: LAYERPIPE_THREADS or all cores)"},
+          {"prefill-chunk", false, false, "prompt tokens per forward step (default 512)"}};
+}
+
+absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const Args& args) {
+  EngineOptions o;
+  const std::string p = args.StringOr("precision", "bf16");
+  if (!ParsePrecision(p, &o.precision)) {
+    return absl::InvalidArgumentError(absl::StrCat("--precision must be bf16 or fp32, got \"", p, "\""));
+  }
+  auto threads = args.Int("threads", 0);
+  if (!threads.ok()) return threads.status();
+  if (*threads < 0 || *threads > 1024) return absl::InvalidArgumentError("--threads must be in [0, 1024]");
+  o.threads = static_cast<int>(*threads);
+  auto chunk = args.Int("prefill-chunk", 512);
+  if (!chunk.ok()) return chunk.status();
+  if (*chunk <= 0) return absl::InvalidArgumentError("--prefill-chunk must be positive");
+  o.prefill_chunk = *chunk;
+  return o;
+}
+
+}  // namespace layerpipe::cli

@@ -1,0 +1,28 @@
+// Shared plumbing of the subcommands: flag parsing with --help, error reporting, engine options.
+#ifndef LAYERPIPE_CLI_CLI_UTIL_H_
+#define LAYERPIPE_CLI_CLI_UTIL_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cli/args.h"
+#include "engine/engine.h"
+
+namespace layerpipe::cli {
+
+// Prints "layerpipe COMMAND: message" to stderr and returns the exit status for it.
+int Fail(const std::string& command, const absl::Status& status);
+
+// Parses argv; on --help prints usage and sets *exit_code = 0; on an error prints it and sets 2.
+std::optional<Args> ParseOrExit(const std::string& command, const std::vector<std::string>& argv,
+                                std::vector<FlagSpec> specs, int* exit_code);
+
+// --precision, --threads, --prefill-chunk.
+std::vector<FlagSpec> EngineFlagSpecs();
+absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const Args& args);
+
+}  // namespace layerpipe::cli
+
+#endif  // LAYERPIPE_CLI_CLI_UTIL_H_

@@ -1,0 +1,51 @@
+#include <cstdio>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "cli/npy.h"
+
+namespace layerpipe::cli {
+namespace {
+
+std::vector<FlagSpec> Specs() {
+  std::vector<FlagSpec> s = {
+      {"model", false, false, "checkpoint directory"},
+      {"ids", false, false, "token ids, comma-separated"},
+      {"logits-out", false, false, "output .npy: float32 [number of ids, vocab] softcapped logits"},
+  };
+  for (FlagSpec& f : EngineFlagSpecs()) s.push_back(f);
+  return s;
+}
+
+int Run(const Args& args) {
+  const std::string cmd = "score";
+  auto model = args.String("model");
+  if (!model.ok()) return Fail(cmd, model.status());
+  auto ids = args.Ids("ids");
+  if (!ids.ok()) return Fail(cmd, ids.status());
+  auto out = args.String("logits-out");
+  if (!out.ok()) return Fail(cmd, out.status());
+  auto opts = EngineOptionsFromArgs(args);
+  if (!opts.ok()) return Fail(cmd, opts.status());
+  auto engine = Engine::Load(*model, *opts);
+  if (!engine.ok()) return Fail(cmd, engine.status());
+  auto logits = (*engine)->Score(*ids);
+  if (!logits.ok()) return Fail(cmd, logits.status());
+  const int64_t n = static_cast<int64_t>(ids->size());
+  if (auto st = WriteNpyF32(*out, {n, (*engine)->config().vocab_size}, logits->data()); !st.ok()) {
+    return Fail(cmd, st);
+  }
+  std::printf("wrote logits [%lld, %lld] to %s\n", static_cast<long long>(n),
+              static_cast<long long>((*engine)->config().vocab_size), out->c_str());
+  return 0;
+}
+
+}  // namespace
+
+int RunScore(const std::vector<std::string>& argv) {
+  int code = 0;
+  auto args = ParseOrExit("score", argv, Specs(), &code);
+  return args ? Run(*args) : code;
+}
+
+}  // namespace layerpipe::cli

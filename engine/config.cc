@@ -1,0 +1,260 @@
+#include "engine/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace layerpipe {
+namespace {
+
+using json = nlohmann::json;
+
+absl::Status Err(const std::string& source, const std::string& msg) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": ", msg));
+}
+
+// Reads an integer key; `required` keys that are absent are an error naming the key.
+absl::Status GetInt(const json& j, const char* key, bool required, int64_t* out, const std::string& src) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    return required ? Err(src, absl::StrCat("missing required key \"", key, "\"")) : absl::OkStatus();
+  }
+  if (!it->is_number_integer()) return Err(src, absl::StrCat("key \"", key, "\" must be an integer"));
+  *out = it->get<int64_t>();
+  return absl::OkStatus();
+}
+
+absl::Status GetDouble(const json& j, const char* key, double* out, const std::string& src) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number()) return Err(src, absl::StrCat("key \"", key, "\" must be a number"));
+  *out = it->get<double>();
+  return absl::OkStatus();
+}
+
+absl::Status ParseRopeEntry(const json& j, const std::string& key, bool full, RopeConfig* rope,
+                            const std::string& src) {
+  if (!j.is_object()) return Err(src, absl::StrCat("\"", key, "\" must be an object"));
+  std::string type = j.value("rope_type", std::string("default"));
+  if (auto st = GetDouble(j, "rope_theta", &rope->theta, src); !st.ok()) return st;
+  if (auto st = GetDouble(j, "partial_rotary_factor", &rope->partial_rotary_factor, src); !st.ok()) return st;
+  if (type != "default" && type != "proportional") {
+    return Err(src, absl::StrCat("\"", key, ".rope_type\" = \"", type,
+                                 "\" is not supported (expected \"default\" or \"proportional\")"));
+  }
+  if (type == "default" && rope->partial_rotary_factor != 1.0) {
+    return Err(src, absl::StrCat("\"", key, ".partial_rotary_factor\" requires rope_type \"proportional\""));
+  }
+  (void)full;
+  return absl::OkStatus();
+}
+
+// Two spellings exist: rope_parameters keyed by layer type, and Gemma-3-style top-level keys.
+absl::Status ParseRope(const json& tc, ModelConfig* c, const std::string& src) {
+  c->rope_sliding = {10000.0, 1.0};
+  c->rope_full = {1000000.0, 1.0};
+  if (auto it = tc.find("rope_parameters"); it != tc.end() && !it->is_null()) {
+    const json& rp = *it;
+    if (rp.contains("sliding_attention") || rp.contains("full_attention")) {
+      if (rp.contains("sliding_attention")) {
+        if (auto st = ParseRopeEntry(rp["sliding_attention"], "rope_parameters.sliding_attention", false,
+                                     &c->rope_sliding, src);
+            !st.ok())
+          return st;
+      }
+      if (rp.contains("full_attention")) {
+        if (auto st = ParseRopeEntry(rp["full_attention"], "rope_parameters.full_attention", true,
+                                     &c->rope_full, src);
+            !st.ok())
+          return st;
+      }
+      return absl::OkStatus();
+    }
+    // A single entry applies to the full layers; sliding layers keep their local base below.
+    if (auto st = ParseRopeEntry(rp, "rope_parameters", true, &c->rope_full, src); !st.ok()) return st;
+  } else {
+    if (auto st = GetDouble(tc, "rope_theta", &c->rope_full.theta, src); !st.ok()) return st;
+    if (auto st = GetDouble(tc, "partial_rotary_factor", &c->rope_full.partial_rotary_factor, src); !st.ok())
+      return st;
+  }
+  if (auto st = GetDouble(tc, "rope_local_base_freq", &c->rope_sliding.theta, src); !st.ok()) return st;
+  if (auto it = tc.find("rope_scaling"); it != tc.end() && !it->is_null()) {
+    return Err(src, "\"rope_scaling\" is not supported by gemma4_unified");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RejectUnsupported(const json& tc, const std::string& src) {
+  int64_t v = 0;
+  if (auto st = GetInt(tc, "num_kv_shared_layers", false, &v, src); !st.ok()) return st;
+  if (v != 0) return Err(src, "\"num_kv_shared_layers\" != 0 (KV sharing) is not supported");
+  v = 0;
+  if (auto st = GetInt(tc, "hidden_size_per_layer_input", false, &v, src); !st.ok()) return st;
+  if (v != 0) return Err(src, "\"hidden_size_per_layer_input\" != 0 (per-layer inputs) is not supported");
+  if (auto it = tc.find("enable_moe_block"); it != tc.end() && !it->is_null()) {
+    if (!it->is_boolean()) return Err(src, "key \"enable_moe_block\" must be a boolean");
+    if (it->get<bool>()) return Err(src, "\"enable_moe_block\" = true (MoE) is not supported");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseLayerTypes(const json& tc, ModelConfig* c, const std::string& src) {
+  auto it = tc.find("layer_types");
+  if (it == tc.end() || it->is_null()) {
+    // Gemma-3-style configs give a period instead of a list.
+    int64_t period = 0;
+    if (auto st = GetInt(tc, "sliding_window_pattern", false, &period, src); !st.ok()) return st;
+    if (period <= 0) return Err(src, "missing required key \"layer_types\"");
+    for (int i = 0; i < c->num_layers; ++i) {
+      c->layer_types.push_back((i + 1) % period == 0 ? LayerType::kFull : LayerType::kSliding);
+    }
+    return absl::OkStatus();
+  }
+  if (!it->is_array()) return Err(src, "\"layer_types\" must be a list");
+  if (static_cast<int64_t>(it->size()) != c->num_layers) {
+    return Err(src, absl::StrCat("\"layer_types\" has ", it->size(), " entries but num_hidden_layers is ",
+                                 c->num_layers));
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& t = (*it)[i];
+    std::string s = t.is_string() ? t.get<std::string>() : t.dump();
+    if (s == "sliding_attention") {
+      c->layer_types.push_back(LayerType::kSliding);
+    } else if (s == "full_attention") {
+      c->layer_types.push_back(LayerType::kFull);
+    } else {
+      return Err(src, absl::StrCat("\"layer_types[", i, "]\" = ", s,
+                                   " (expected \"sliding_attention\" or \"full_attention\")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validate(const ModelConfig& c, const std::string& src) {
+  auto positive = [&](const char* key, int64_t v) -> absl::Status {
+    if (v <= 0) return Err(src, absl::StrCat("\"", key, "\" must be positive, got ", v));
+    return absl::OkStatus();
+  };
+  for (auto [key, v] : std::initializer_list<std::pair<const char*, int64_t>>{
+           {"hidden_size", c.hidden_size},
+           {"intermediate_size", c.intermediate_size},
+           {"vocab_size", c.vocab_size},
+           {"num_hidden_layers", c.num_layers},
+           {"num_attention_heads", c.num_heads},
+           {"head_dim", c.head_dim},
+           {"num_key_value_heads", c.num_kv_heads},
+           {"global_head_dim", c.global_head_dim},
+           {"num_global_key_value_heads", c.num_global_kv_heads},
+           {"max_position_embeddings", c.max_position_embeddings}}) {
+    if (auto st = positive(key, v); !st.ok()) return st;
+  }
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return Err(src, absl::StrCat("num_attention_heads (", c.num_heads, ") is not a multiple of num_key_value_heads (",
+                                 c.num_kv_heads, ")"));
+  }
+  if (c.num_heads % c.num_global_kv_heads != 0) {
+    return Err(src, absl::StrCat("num_attention_heads (", c.num_heads,
+                                 ") is not a multiple of num_global_key_value_heads (", c.num_global_kv_heads, ")"));
+  }
+  if (c.head_dim % 2 != 0 || c.global_head_dim % 2 != 0) {
+    return Err(src, "head_dim and global_head_dim must be even (rotate-half rotary)");
+  }
+  bool has_sliding = false;
+  for (LayerType t : c.layer_types) has_sliding |= t == LayerType::kSliding;
+  if (has_sliding && c.sliding_window <= 0) {
+    return Err(src, "\"sliding_window\" must be positive when there are sliding layers");
+  }
+  for (const RopeConfig* r : {&c.rope_sliding, &c.rope_full}) {
+    if (!(r->theta > 0) || !std::isfinite(r->theta)) return Err(src, "rope_theta must be positive");
+    if (!(r->partial_rotary_factor > 0 && r->partial_rotary_factor <= 1)) {
+      return Err(src, "partial_rotary_factor must be in (0, 1]");
+    }
+  }
+  if (!(c.rms_norm_eps > 0)) return Err(src, "\"rms_norm_eps\" must be positive");
+  if (c.final_logit_softcapping < 0) return Err(src, "\"final_logit_softcapping\" must be >= 0");
+  for (auto [key, id] : {std::pair{"bos_token_id", c.bos_token_id}, std::pair{"eos_token_id", c.eos_token_id}}) {
+    if (id < 0 || id >= c.vocab_size) {
+      return Err(src, absl::StrCat("\"", key, "\" = ", id, " is outside the vocabulary"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* LayerTypeName(LayerType t) { return t == LayerType::kFull ? "full_attention" : "sliding_attention"; }
+
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& source) {
+  json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) return Err(source, "not a valid JSON object");
+  ModelConfig c;
+  const json* tc = &root;
+  if (auto it = root.find("text_config"); it != root.end()) {
+    if (!it->is_object()) return Err(source, "\"text_config\" must be an object");
+    tc = &*it;
+  }
+  std::string mt = tc->value("model_type", std::string());
+  if (!mt.empty() && mt.rfind("gemma", 0) != 0) {
+    return Err(source, absl::StrCat("\"model_type\" = \"", mt, "\" is not a Gemma text model"));
+  }
+  if (auto st = RejectUnsupported(*tc, source); !st.ok()) return st;
+
+  int64_t layers = 0, heads = 0, hd = 0, kv = 0, ghd = -1, gkv = -1, window = 0, maxpos = 131072;
+  if (auto st = GetInt(*tc, "hidden_size", true, &c.hidden_size, source); !st.ok()) return st;
+  if (auto st = GetInt(*tc, "intermediate_size", true, &c.intermediate_size, source); !st.ok()) return st;
+  if (auto st = GetInt(*tc, "vocab_size", true, &c.vocab_size, source); !st.ok()) return st;
+  if (auto st = GetInt(*tc, "num_hidden_layers", true, &layers, source); !st.ok()) return st;
+  if (auto st = GetInt(*tc, "num_attention_heads", true, &heads, source); !st.ok()) return st;
+  if (auto st = GetInt(*tc, "head_dim", true, &hd, source); !st.ok()) return st;
+  if (auto st = GetInt(*tc, "num_key_value_heads", true, &kv, source); !st.ok()) return st;
+  if (auto st = GetInt(*tc, "global_head_dim", false, &ghd, source); !st.ok()) return st;
+  if (auto st = GetInt(*tc, "num_global_key_value_heads", false, &gkv, source); !st.ok()) return st;
+  if (auto st = GetInt(*tc, "sliding_window", false, &window, source); !st.ok()) return st;
+  if (auto st = GetInt(*tc, "max_position_embeddings", false, &maxpos, source); !st.ok()) return st;
+  if (layers <= 0 || layers > 100000) return Err(source, "\"num_hidden_layers\" must be positive");
+  c.num_layers = static_cast<int>(layers);
+  c.num_heads = static_cast<int>(heads);
+  c.head_dim = static_cast<int>(hd);
+  c.num_kv_heads = static_cast<int>(kv);
+  c.global_head_dim = static_cast<int>(ghd < 0 ? hd : ghd);
+  c.num_global_kv_heads = static_cast<int>(gkv < 0 ? kv : gkv);
+  c.sliding_window = window;
+  c.max_position_embeddings = maxpos;
+  if (auto it = tc->find("attention_k_eq_v"); it != tc->end() && !it->is_null()) {
+    if (!it->is_boolean()) return Err(source, "key \"attention_k_eq_v\" must be a boolean");
+    c.k_eq_v = it->get<bool>();
+  }
+  if (auto st = ParseLayerTypes(*tc, &c, source); !st.ok()) return st;
+  if (auto st = ParseRope(*tc, &c, source); !st.ok()) return st;
+  if (auto st = GetDouble(*tc, "rms_norm_eps", &c.rms_norm_eps, source); !st.ok()) return st;
+  if (auto st = GetDouble(*tc, "final_logit_softcapping", &c.final_logit_softcapping, source); !st.ok()) return st;
+  int64_t id = 0;
+  for (auto [key, dst] : {std::pair{"bos_token_id", &c.bos_token_id}, std::pair{"eos_token_id", &c.eos_token_id},
+                          std::pair{"pad_token_id", &c.pad_token_id}}) {
+    const json* holder = tc->contains(key) ? tc : &root;
+    auto it = holder->find(key);
+    if (it == holder->end() || it->is_null()) continue;
+    // eos may be a list; the first entry is the model's own end-of-sequence id.
+    const json& v = it->is_array() && !it->empty() ? (*it)[0] : *it;
+    if (!v.is_number_integer()) return Err(source, absl::StrCat("key \"", key, "\" must be an integer"));
+    id = v.get<int64_t>();
+    *dst = static_cast<int32_t>(id);
+  }
+  if (auto st = Validate(c, source); !st.ok()) return st;
+  return c;
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
+  std::string path = model_dir + "/config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open model config"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseModelConfig(ss.str(), path);
+}
+
+}  // namespace layerpipe

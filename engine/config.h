@@ -1,0 +1,68 @@
+// Model configuration of the Gemma 4 text stack (MODEL.md §1), parsed and validated from config.json.
+#ifndef LAYERPIPE_ENGINE_CONFIG_H_
+#define LAYERPIPE_ENGINE_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace layerpipe {
+
+enum class LayerType { kSliding, kFull };
+
+const char* LayerTypeName(LayerType t);
+
+// Rotary embedding of one layer type. inv_freq[i] = theta^(-2i/head_dim) for i < rotary_pairs, 0 after:
+// "proportional" rope rotates only the first rotary_pairs pairs of a rotate-half head.
+struct RopeConfig {
+  double theta = 10000.0;
+  double partial_rotary_factor = 1.0;
+};
+
+struct ModelConfig {
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t vocab_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int head_dim = 0;             // sliding layers
+  int num_kv_heads = 0;         // sliding layers
+  int global_head_dim = 0;      // full layers
+  int num_global_kv_heads = 0;  // full layers
+  std::vector<LayerType> layer_types;
+  bool k_eq_v = false;
+  int64_t sliding_window = 0;
+  RopeConfig rope_sliding;
+  RopeConfig rope_full;
+  double rms_norm_eps = 1e-6;
+  double final_logit_softcapping = 0.0;  // 0 = off
+  int64_t max_position_embeddings = 0;
+  int32_t bos_token_id = 2;
+  int32_t eos_token_id = 1;
+  int32_t pad_token_id = 0;
+
+  int HeadDim(int layer) const {
+    return layer_types[layer] == LayerType::kFull ? global_head_dim : head_dim;
+  }
+  int KvHeads(int layer) const {
+    return layer_types[layer] == LayerType::kFull ? num_global_kv_heads : num_kv_heads;
+  }
+  const RopeConfig& Rope(int layer) const {
+    return layer_types[layer] == LayerType::kFull ? rope_full : rope_sliding;
+  }
+  // Full layers with k_eq_v have no v_proj: V is the un-normed, un-rotated key projection.
+  bool HasVProj(int layer) const { return !(k_eq_v && layer_types[layer] == LayerType::kFull); }
+};
+
+// Parses config.json text (nested "text_config" of gemma4_unified, or the flat gemma4_unified_text form).
+// `source` names the file in error messages.
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& source);
+
+// Reads DIR/config.json.
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_ENGINE_CONFIG_H_

@@ -1,0 +1,151 @@
+// Front end of the matmul kernels: picks the kernel, brings x into the kernel's layout (bf16
+// rounding, zero padding of k), and splits the output columns among the pool's threads. Splitting
+// only over columns keeps each (row, column) result on one thread with one reduction order.
+#include "engine/cpu/matmul.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "engine/cpu/bf16.h"
+#include "engine/cpu/matmul_kernels.h"
+
+namespace layerpipe {
+namespace {
+
+using matmul_internal::RoundUp;
+
+// Threads receive whole units of this many columns (a multiple of both kernels' tile widths).
+constexpr int64_t kColumnUnit = 24;
+// Below this many multiply-adds a call runs on the calling thread: waking workers would cost more.
+constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
+
+void ForColumns(int64_t m, int64_t k, int64_t n, ThreadPool& pool,
+                const std::function<void(int64_t, int64_t)>& columns) {
+  if (m * k * n < kMinParallelMacs || pool.size() == 1) {
+    columns(0, n);
+    return;
+  }
+  const int64_t units = (n + kColumnUnit - 1) / kColumnUnit;
+  pool.ParallelFor(units, [&](int64_t u0, int64_t u1) {
+    columns(u0 * kColumnUnit, std::min(n, u1 * kColumnUnit));
+  });
+}
+
+// Activations in the AVX2 kernel's layout: fp32 rows (rounded to bf16 values if asked), padded with
+// zeros to a multiple of 8. Always a copy: it is small next to the weights, and aligned.
+const float* PrepareF32(const float* x, int64_t m, int64_t k, bool round_to_bf16, int64_t* ldx) {
+  const int64_t kp = RoundUp(k, matmul_internal::kAvx2KStep);
+  float* out = matmul_internal::ThreadScratch<float, matmul_internal::Slot::kActivations>(m * kp);
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = out + i * kp;
+    if (round_to_bf16) {
+      RoundRowToBf16(x + i * k, row, k);
+    } else {
+      std::memcpy(row, x + i * k, k * sizeof(float));
+    }
+    std::fill(row + k, row + kp, 0.0f);
+  }
+  *ldx = kp;
+  return out;
+}
+
+// Activations for the AVX-512 BF16 kernel: bf16 rows padded with zeros to a multiple of 32.
+const uint16_t* PrepareBf16(const float* x, int64_t m, int64_t k, int64_t* ldx) {
+  const int64_t kp = RoundUp(k, matmul_internal::kAvx512KStep);
+  uint16_t* out = matmul_internal::ThreadScratch<uint16_t, matmul_internal::Slot::kActivations>(m * kp);
+  for (int64_t i = 0; i < m; ++i) {
+    uint16_t* row = out + i * kp;
+    F32ToBf16Row(x + i * k, row, k);
+    std::fill(row + k, row + kp, uint16_t{0});
+  }
+  *ldx = kp;
+  return out;
+}
+
+void RunAvx2(const float* x, int64_t m, int64_t k, const void* w, bool w_is_bf16, int64_t n, float* y,
+             ThreadPool& pool, bool x_as_bf16) {
+  matmul_internal::Avx2Problem p{};
+  p.x = PrepareF32(x, m, k, x_as_bf16, &p.ldx);
+  p.m = m;
+  p.k = k;
+  p.w = w;
+  p.w_is_bf16 = w_is_bf16;
+  p.n = n;
+  p.y = y;
+  ForColumns(m, k, n, pool, [&p](int64_t j0, int64_t j1) { matmul_internal::Avx2Columns(p, j0, j1); });
+}
+
+void RunAvx512Bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                   ThreadPool& pool) {
+  matmul_internal::Avx512Bf16Problem p{};
+  p.x = PrepareBf16(x, m, k, &p.ldx);
+  p.m = m;
+  p.k = k;
+  p.w = w;
+  p.n = n;
+  p.y = y;
+  ForColumns(m, k, n, pool,
+             [&p](int64_t j0, int64_t j1) { matmul_internal::Avx512Bf16Columns(p, j0, j1); });
+}
+
+// Handles the shapes that leave the kernels nothing to do; returns true if the call is complete.
+bool TrivialShape(int64_t m, int64_t k, int64_t n, float* y) {
+  if (m <= 0 || n <= 0) return true;
+  if (k <= 0) {
+    std::fill(y, y + m * n, 0.0f);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool CpuSupportsAvx512Bf16() {
+  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  return supported;
+}
+
+MatmulIsa ActiveMatmulIsa() {
+  static const MatmulIsa isa = [] {
+    const char* env = std::getenv("LAYERPIPE_MATMUL_ISA");
+    if (env != nullptr && std::string(env) == "avx2") return MatmulIsa::kAvx2;
+    return CpuSupportsAvx512Bf16() ? MatmulIsa::kAvx512Bf16 : MatmulIsa::kAvx2;
+  }();
+  return isa;
+}
+
+std::string_view MatmulIsaName(MatmulIsa isa) {
+  switch (isa) {
+    case MatmulIsa::kAvx2:
+      return "avx2";
+    case MatmulIsa::kAvx512Bf16:
+      return "avx512bf16";
+  }
+  return "unknown";
+}
+
+void MatmulBf16WithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
+                       float* y, ThreadPool& pool, bool x_as_bf16) {
+  if (TrivialShape(m, k, n, y)) return;
+  if (isa == MatmulIsa::kAvx512Bf16 && x_as_bf16 && CpuSupportsAvx512Bf16()) {
+    RunAvx512Bf16(x, m, k, w, n, y, pool);
+  } else {
+    RunAvx2(x, m, k, w, /*w_is_bf16=*/true, n, y, pool, x_as_bf16);
+  }
+}
+
+void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                ThreadPool& pool, bool x_as_bf16) {
+  MatmulBf16WithIsa(ActiveMatmulIsa(), x, m, k, w, n, y, pool, x_as_bf16);
+}
+
+void MatmulF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
+               ThreadPool& pool) {
+  if (TrivialShape(m, k, n, y)) return;
+  RunAvx2(x, m, k, w, /*w_is_bf16=*/false, n, y, pool, /*x_as_bf16=*/false);
+}
+
+}  // namespace layerpipe

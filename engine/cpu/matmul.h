@@ -1,0 +1,45 @@
+// Dense matrix products y = x · Wᵀ for the CPU engine (Hugging Face layout: W is [n, k] row-major).
+//
+// Determinism contract: y[i, j] depends only on row i of x, row j of W and k -- never on m, on the
+// other rows of x, on the thread count or on how columns are split among threads. Every (i, j) dot
+// product uses one fixed reduction order (fixed SIMD lanes over k, fixed final horizontal sum) in both
+// the small-m (decode) and the large-m (prefill) kernels, and threads split work over n only.
+// The reduction order is a property of the instruction set, so results are bit-identical across
+// machines that run the same kernel (see MatmulIsa); fp32 mode always runs the AVX2 kernel.
+#ifndef LAYERPIPE_ENGINE_CPU_MATMUL_H_
+#define LAYERPIPE_ENGINE_CPU_MATMUL_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "engine/cpu/thread_pool.h"
+
+namespace layerpipe {
+
+// y[m, n] = x[m, k] · Wᵀ with W [n, k] bf16 (raw bits), fp32 accumulation. y must not alias x or w.
+// x_as_bf16: round x to bf16 first (the fast default mode; on AVX-512 BF16 machines it runs on
+// vdpbf16ps). x_as_bf16 = false uses x exactly as given (the fp32 precision mode).
+// k may be any value >= 0 (multiples of 32 are the fast case); n and m arbitrary.
+void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                ThreadPool& pool, bool x_as_bf16);
+
+// Same contract with fp32 weights and fp32 x, always through the AVX2 kernel.
+void MatmulF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
+               ThreadPool& pool);
+
+// Which kernel MatmulBf16 runs for x_as_bf16 = true (fp32 mode is always kAvx2).
+enum class MatmulIsa { kAvx2, kAvx512Bf16 };
+
+// The best ISA this CPU supports, unless $LAYERPIPE_MATMUL_ISA=avx2 forces the AVX2 kernel (so a
+// cluster mixing CPU generations can still produce bit-identical tokens). Read once per process.
+MatmulIsa ActiveMatmulIsa();
+bool CpuSupportsAvx512Bf16();
+std::string_view MatmulIsaName(MatmulIsa isa);
+
+// MatmulBf16 with an explicit ISA; `isa` must be supported by this CPU. For tests and benchmarks.
+void MatmulBf16WithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w,
+                       int64_t n, float* y, ThreadPool& pool, bool x_as_bf16);
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_ENGINE_CPU_MATMUL_H_

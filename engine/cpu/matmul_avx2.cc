@@ -1,0 +1,266 @@
+// AVX2/FMA matmul kernels. Both paths below run the same per-(row, column) arithmetic (see
+// kAvx2KStep), so the row count only changes speed, never bits:
+//  - streaming (decode and short prefill chunks): weights are read straight from memory and widened
+//    bf16 -> fp32 in registers; each weight row comes from DRAM once and from cache for the other
+//    row tiles;
+//  - blocked (long prefill chunks): a block of weight columns x k range is widened once into a packed
+//    fp32 buffer that every row tile reuses; partial sums are parked per lane between k blocks.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstring>
+#include <utility>
+
+#include "engine/cpu/matmul_kernels.h"
+
+namespace layerpipe::matmul_internal {
+namespace {
+
+// Micro-tile: kRows rows x kCols columns -> 12 accumulators + 3 weight vectors + 1 x vector = 16 ymm.
+constexpr int kRows = 4;
+constexpr int kCols = 3;
+// Up to this many rows the streaming path is as fast or faster (measured on Zen 4: re-widening a
+// cache-hot weight tile per row tile is cheap); beyond it, packing plus k blocking wins, mostly for
+// long k where x no longer fits in L2.
+constexpr int64_t kStreamMaxRows = 64;
+// Blocked path: kBlockCols weight columns x kBlockK values of k are packed (fp32, 192 KiB: L2) per
+// block; the x tile (4 rows x kBlockK) stays in L1. Larger blocks measured no better.
+constexpr int64_t kBlockCols = 48;
+constexpr int64_t kBlockK = 1024;
+// How far ahead (in weight elements, 512 bytes of bf16) each weight row is prefetched.
+constexpr int64_t kPrefetchAhead = 256;
+
+inline __m256 WidenBf16(const uint16_t* p) {
+  const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+}
+
+// Fixed tree: (l0+l4, l1+l5, l2+l6, l3+l7) -> pairs (0,2), (1,3) -> final.
+inline float HorizontalSum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// Weight sources: Load(c, q) returns w[col c][q .. q+8) as fp32. Sources read straight from the
+// (mmapped) weights also prefetch: the hardware prefetcher alone leaves a core well short of its
+// share of DRAM bandwidth once there is arithmetic between the loads.
+struct Bf16Rows {
+  static constexpr bool kPrefetch = true;
+  const uint16_t* w;
+  int64_t ld;
+  __m256 Load(int c, int64_t q) const { return WidenBf16(w + c * ld + q); }
+  void Prefetch(int c, int64_t q) const {
+    _mm_prefetch(reinterpret_cast<const char*>(w + c * ld + q + kPrefetchAhead), _MM_HINT_T0);
+  }
+};
+struct F32Rows {
+  static constexpr bool kPrefetch = true;
+  const float* w;
+  int64_t ld;
+  __m256 Load(int c, int64_t q) const { return _mm256_loadu_ps(w + c * ld + q); }
+  void Prefetch(int c, int64_t q) const {
+    _mm_prefetch(reinterpret_cast<const char*>(w + c * ld + q + kPrefetchAhead / 2), _MM_HINT_T0);
+  }
+};
+// Packed tile of C columns: for each step of 8 values, C vectors back to back; q is relative to the
+// start of the packed k range. Cache-resident by construction.
+template <int C>
+struct PackedCols {
+  static constexpr bool kPrefetch = false;
+  const float* w;
+  __m256 Load(int c, int64_t q) const { return _mm256_load_ps(w + q * C + c * 8); }
+  void Prefetch(int, int64_t) const {}
+};
+
+// acc[r][c] += x[r][q..] * w[c][q..] over q in [q_begin, q_end) (multiples of 8), in increasing q.
+// x_q_offset maps the weight source's q to x's column (they differ for the packed source).
+template <int R, int C, typename W>
+inline void Accumulate(const float* x, int64_t ldx, int64_t x_q_offset, const W& w, int64_t q_begin,
+                       int64_t q_end, __m256 (&acc)[R][C]) {
+  auto step = [&](int64_t q) __attribute__((always_inline)) {
+    __m256 wv[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) wv[c] = w.Load(c, q);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + r * ldx + x_q_offset + q);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+    }
+  };
+  int64_t q = q_begin;
+  if constexpr (W::kPrefetch) {
+    // One prefetch per weight row per 64-byte line of bf16.
+    for (; q + 4 * kAvx2KStep <= q_end; q += 4 * kAvx2KStep) {
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) w.Prefetch(c, q);
+      step(q);
+      step(q + kAvx2KStep);
+      step(q + 2 * kAvx2KStep);
+      step(q + 3 * kAvx2KStep);
+    }
+  }
+  for (; q < q_end; q += kAvx2KStep) step(q);
+}
+
+template <int R, int C>
+inline void ZeroAcc(__m256 (&acc)[R][C]) {
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+}
+
+template <int R, int C>
+inline void StoreSums(const __m256 (&acc)[R][C], float* y, int64_t ldy) {
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) y[r * ldy + c] = HorizontalSum(acc[r][c]);
+}
+
+// Writes weight columns [j, j+C) over k values [q0, q0 + len) into packed layout, widened to fp32,
+// zero beyond the real k. len is a multiple of 8.
+template <int C>
+void PackCols(const Avx2Problem& p, int64_t j, int64_t q0, int64_t len, float* out) {
+  const int64_t full_end = std::min(q0 + len, p.k / kAvx2KStep * kAvx2KStep);
+  for (int c = 0; c < C; ++c) {
+    const int64_t row = (j + c) * p.k;
+    int64_t q = q0;
+    if (p.w_is_bf16) {
+      const uint16_t* w = static_cast<const uint16_t*>(p.w) + row;
+      for (; q < full_end; q += kAvx2KStep) _mm256_store_ps(out + (q - q0) * C + c * 8, WidenBf16(w + q));
+    } else {
+      const float* w = static_cast<const float*>(p.w) + row;
+      for (; q < full_end; q += kAvx2KStep) _mm256_store_ps(out + (q - q0) * C + c * 8, _mm256_loadu_ps(w + q));
+    }
+    for (; q < q0 + len; q += kAvx2KStep) {  // ragged end of k: zero padding, matching x
+      alignas(32) float tail[8] = {};
+      for (int64_t e = 0; e < 8 && q + e < p.k; ++e) {
+        tail[e] = p.w_is_bf16 ? std::bit_cast<float>(uint32_t{static_cast<const uint16_t*>(p.w)[row + q + e]} << 16)
+                              : static_cast<const float*>(p.w)[row + q + e];
+      }
+      std::memcpy(out + (q - q0) * C + c * 8, tail, sizeof(tail));
+    }
+  }
+}
+
+// Streaming path: whole k per tile, weights read in place.
+template <int R, int C>
+void StreamTile(const Avx2Problem& p, int64_t i, int64_t j) {
+  __m256 acc[R][C];
+  ZeroAcc(acc);
+  const float* x = p.x + i * p.ldx;
+  const int64_t k_full = p.k / kAvx2KStep * kAvx2KStep;
+  if (p.w_is_bf16) {
+    Accumulate(x, p.ldx, 0, Bf16Rows{static_cast<const uint16_t*>(p.w) + j * p.k, p.k}, 0, k_full, acc);
+  } else {
+    Accumulate(x, p.ldx, 0, F32Rows{static_cast<const float*>(p.w) + j * p.k, p.k}, 0, k_full, acc);
+  }
+  if (k_full < p.k) {  // ragged end of k: zero-padded copy, matching x's zero padding
+    alignas(32) float packed[kAvx2KStep * C];
+    PackCols<C>(p, j, k_full, kAvx2KStep, packed);
+    Accumulate(x, p.ldx, k_full, PackedCols<C>{packed}, 0, kAvx2KStep, acc);
+  }
+  StoreSums(acc, p.y + i * p.n + j, p.n);
+}
+
+// Blocked path: one k block of one tile against packed weights; partial sums live in `park`
+// (one 8-float vector per (row, column) of the tile, row stride park_ld vectors).
+template <int R, int C>
+void BlockTile(const Avx2Problem& p, int64_t i, int64_t j, int64_t q0, int64_t len, const float* packed,
+               float* park, int64_t park_ld, bool first, bool last) {
+  __m256 acc[R][C];
+  if (first) {
+    ZeroAcc(acc);
+  } else {
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_load_ps(park + (r * park_ld + c) * 8);
+  }
+  Accumulate(p.x + i * p.ldx, p.ldx, q0, PackedCols<C>{packed}, 0, len, acc);
+  if (last) {
+    StoreSums(acc, p.y + i * p.n + j, p.n);
+  } else {
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) _mm256_store_ps(park + (r * park_ld + c) * 8, acc[r][c]);
+  }
+}
+
+using StreamFn = void (*)(const Avx2Problem&, int64_t, int64_t);
+using BlockFn = void (*)(const Avx2Problem&, int64_t, int64_t, int64_t, int64_t, const float*, float*,
+                         int64_t, bool, bool);
+using PackFn = void (*)(const Avx2Problem&, int64_t, int64_t, int64_t, float*);
+
+template <int R, int... Cs>
+constexpr std::array<StreamFn, kCols> StreamRow(std::integer_sequence<int, Cs...>) {
+  return {&StreamTile<R, Cs + 1>...};
+}
+template <int R, int... Cs>
+constexpr std::array<BlockFn, kCols> BlockRow(std::integer_sequence<int, Cs...>) {
+  return {&BlockTile<R, Cs + 1>...};
+}
+template <int... Rs>
+constexpr std::array<std::array<StreamFn, kCols>, kRows> StreamTable(std::integer_sequence<int, Rs...>) {
+  return {StreamRow<Rs + 1>(std::make_integer_sequence<int, kCols>())...};
+}
+template <int... Rs>
+constexpr std::array<std::array<BlockFn, kCols>, kRows> BlockTable(std::integer_sequence<int, Rs...>) {
+  return {BlockRow<Rs + 1>(std::make_integer_sequence<int, kCols>())...};
+}
+template <int... Cs>
+constexpr std::array<PackFn, kCols> PackTable(std::integer_sequence<int, Cs...>) {
+  return {&PackCols<Cs + 1>...};
+}
+
+// [rows - 1][cols - 1]
+constexpr auto kStreamTiles = StreamTable(std::make_integer_sequence<int, kRows>());
+constexpr auto kBlockTiles = BlockTable(std::make_integer_sequence<int, kRows>());
+constexpr auto kPackers = PackTable(std::make_integer_sequence<int, kCols>());
+
+void StreamColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
+  for (int64_t j = j_begin; j < j_end; j += kCols) {
+    const int64_t cols = std::min<int64_t>(kCols, j_end - j);
+    for (int64_t i = 0; i < p.m; i += kRows) {
+      const int64_t rows = std::min<int64_t>(kRows, p.m - i);
+      kStreamTiles[rows - 1][cols - 1](p, i, j);
+    }
+  }
+}
+
+void BlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
+  const int64_t kp = RoundUp(p.k, kAvx2KStep);
+  float* packed = ThreadScratch<float, Slot::kPackedWeights>(kBlockCols * std::min(kBlockK, kp));
+  float* park = kp > kBlockK ? ThreadScratch<float, Slot::kPartialSums>(p.m * kBlockCols * 8) : nullptr;
+
+  for (int64_t jc = j_begin; jc < j_end; jc += kBlockCols) {
+    const int64_t nc = std::min(kBlockCols, j_end - jc);
+    for (int64_t q0 = 0; q0 < kp; q0 += kBlockK) {
+      const int64_t len = std::min(kBlockK, kp - q0);
+      const bool first = q0 == 0, last = q0 + len >= kp;
+      // The tile of columns [t, t + kCols) is packed at packed + t * len (a last partial tile narrower).
+      for (int64_t t = 0; t < nc; t += kCols) {
+        kPackers[std::min<int64_t>(kCols, nc - t) - 1](p, jc + t, q0, len, packed + t * len);
+      }
+      for (int64_t i = 0; i < p.m; i += kRows) {
+        const int64_t rows = std::min<int64_t>(kRows, p.m - i);
+        for (int64_t t = 0; t < nc; t += kCols) {
+          const int64_t cols = std::min<int64_t>(kCols, nc - t);
+          kBlockTiles[rows - 1][cols - 1](p, i, jc + t, q0, len, packed + t * len,
+                                          park ? park + (i * kBlockCols + t) * 8 : nullptr, kBlockCols,
+                                          first, last);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void Avx2Columns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
+  if (p.m <= kStreamMaxRows) {
+    StreamColumns(p, j_begin, j_end);
+  } else {
+    BlockedColumns(p, j_begin, j_end);
+  }
+}
+
+}  // namespace layerpipe::matmul_internal

@@ -1,0 +1,78 @@
+// Internal interface between the matmul front end (matmul.cc: dispatch, activation preparation,
+// threading) and the per-ISA kernels (matmul_avx2.cc, matmul_avx512.cc). Each kernel computes a range
+// of output columns for all rows; the front end gives every thread a disjoint column range.
+#ifndef LAYERPIPE_ENGINE_CPU_MATMUL_KERNELS_H_
+#define LAYERPIPE_ENGINE_CPU_MATMUL_KERNELS_H_
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <new>
+
+namespace layerpipe::matmul_internal {
+
+constexpr int64_t RoundUp(int64_t v, int64_t multiple) { return (v + multiple - 1) / multiple * multiple; }
+
+// Buffers for scratch data that is reused from call to call, one per thread and Slot. They only
+// grow, so steady-state calls never allocate. Aligned to 64 bytes: rows padded to whole vectors
+// then never split a vector load across cache lines.
+enum class Slot { kActivations, kPackedWeights, kPartialSums };
+
+template <typename T, Slot kSlot>
+T* ThreadScratch(size_t count) {
+  struct Buffer {
+    std::unique_ptr<T[], decltype(&std::free)> data{nullptr, &std::free};
+    size_t capacity = 0;
+  };
+  thread_local Buffer buf;
+  if (count > buf.capacity) {
+    const size_t bytes = static_cast<size_t>(RoundUp(static_cast<int64_t>(count * sizeof(T)), 64));
+    buf.data.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+    if (buf.data == nullptr) {
+      buf.capacity = 0;
+      throw std::bad_alloc();
+    }
+    buf.capacity = bytes / sizeof(T);
+  }
+  return buf.data.get();
+}
+
+// AVX2 reduction order: lane l of an 8-float accumulator sums x[i,q]·w[j,q] for q ≡ l (mod 8) in
+// increasing q, one fused multiply-add each; the lanes are then added in a fixed tree.
+constexpr int64_t kAvx2KStep = 8;
+
+struct Avx2Problem {
+  const float* x;      // m rows of ldx floats; columns [k, RoundUp(k, 8)) must be zero
+  int64_t ldx;
+  int64_t m;
+  int64_t k;
+  const void* w;       // n rows of k values, bf16 bits or fp32
+  bool w_is_bf16;
+  int64_t n;
+  float* y;            // m rows of n floats
+};
+
+// Computes y[:, j_begin:j_end).
+void Avx2Columns(const Avx2Problem& p, int64_t j_begin, int64_t j_end);
+
+// AVX-512 BF16 reduction order: lane l of a 16-float accumulator takes, for each block of 32 values
+// of k, the pair q = 32t + 2l, 32t + 2l + 1 through one vdpbf16ps, blocks in increasing t; then a
+// fixed tree over the lanes.
+constexpr int64_t kAvx512KStep = 32;
+
+struct Avx512Bf16Problem {
+  const uint16_t* x;   // m rows of ldx bf16 values; columns [k, RoundUp(k, 32)) must be zero
+  int64_t ldx;
+  int64_t m;
+  int64_t k;
+  const uint16_t* w;   // n rows of k bf16 values
+  int64_t n;
+  float* y;
+};
+
+// Computes y[:, j_begin:j_end). Only call when the CPU supports AVX-512 BF16.
+void Avx512Bf16Columns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_end);
+
+}  // namespace layerpipe::matmul_internal
+
+#endif  // LAYERPIPE_ENGINE_CPU_MATMUL_KERNELS_H_

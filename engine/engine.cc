@@ -1,0 +1,93 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace layerpipe {
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& model_dir, const EngineOptions& options) {
+  if (options.prefill_chunk <= 0) return absl::InvalidArgumentError("prefill chunk must be positive");
+  auto config = LoadModelConfig(model_dir);
+  if (!config.ok()) return config.status();
+  auto e = std::unique_ptr<Engine>(new Engine());
+  e->config_ = *config;
+  e->options_ = options;
+  WeightSelection sel{0, config->num_layers, /*embedding=*/true, /*head=*/true};
+  auto weights = ModelWeights::Load(model_dir, e->config_, sel);
+  if (!weights.ok()) return weights.status();
+  e->weights_ = std::move(*weights);
+  e->pool_ = std::make_unique<ThreadPool>(options.threads);
+  e->executor_ = std::make_unique<LayerRangeExecutor>(*e->weights_, options.precision, *e->pool_);
+  return e;
+}
+
+absl::Status Engine::ValidateIds(absl::Span<const int32_t> ids) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", ids[i], " at index ", i, " is outside the vocabulary [0, ", config_.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> Engine::Step(absl::Span<const StepInput> inputs) {
+  const int64_t H = config_.hidden_size, V = config_.vocab_size;
+  std::vector<std::vector<float>> logits(inputs.size());
+  // Validate everything first so a bad input never leaves a sequence half-advanced.
+  for (const StepInput& in : inputs) {
+    if (in.ids.empty()) return absl::InvalidArgumentError("a step input has no tokens");
+    if (auto st = ValidateIds(in.ids); !st.ok()) return st;
+  }
+  std::vector<size_t> done(inputs.size(), 0);
+  std::vector<float> hidden;
+  for (;;) {
+    std::vector<SequenceSlice> slices;
+    std::vector<int32_t> ids;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const size_t n = std::min<size_t>(inputs[i].ids.size() - done[i], options_.prefill_chunk);
+      if (n == 0) continue;
+      slices.push_back({inputs[i].kv, static_cast<int64_t>(n)});
+      ids.insert(ids.end(), inputs[i].ids.begin() + done[i], inputs[i].ids.begin() + done[i] + n);
+      which.push_back(i);
+    }
+    if (slices.empty()) break;
+    hidden.resize(ids.size() * H);
+    if (auto st = executor_->Embed(ids, hidden.data()); !st.ok()) return st;
+    if (auto st = executor_->Forward(slices, hidden.data()); !st.ok()) return st;
+    int64_t row = 0;
+    for (size_t s = 0; s < slices.size(); ++s) {
+      const size_t i = which[s];
+      row += slices[s].n;
+      done[i] += slices[s].n;
+      if (done[i] == inputs[i].ids.size()) {
+        logits[i].resize(V);
+        executor_->Logits(hidden.data() + (row - 1) * H, 1, logits[i].data());
+      }
+    }
+  }
+  return logits;
+}
+
+absl::StatusOr<std::vector<float>> Engine::Score(absl::Span<const int32_t> ids) {
+  if (ids.empty()) return absl::InvalidArgumentError("no token ids to score");
+  if (auto st = ValidateIds(ids); !st.ok()) return st;
+  const int64_t H = config_.hidden_size, V = config_.vocab_size;
+  auto kv = NewSequence();
+  std::vector<float> logits(ids.size() * V);
+  std::vector<float> hidden;
+  for (size_t p = 0; p < ids.size(); p += options_.prefill_chunk) {
+    const size_t n = std::min<size_t>(ids.size() - p, options_.prefill_chunk);
+    hidden.resize(n * H);
+    if (auto st = executor_->Embed(ids.subspan(p, n), hidden.data()); !st.ok()) return st;
+    SequenceSlice slice{kv.get(), static_cast<int64_t>(n)};
+    if (auto st = executor_->Forward({&slice, 1}, hidden.data()); !st.ok()) return st;
+    executor_->Logits(hidden.data(), n, logits.data() + p * V);
+  }
+  return logits;
+}
+
+}  // namespace layerpipe

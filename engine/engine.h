@@ -1,0 +1,64 @@
+// The whole model in one process: weights of every layer, the embedding and the tied head.
+#ifndef LAYERPIPE_ENGINE_ENGINE_H_
+#define LAYERPIPE_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/config.h"
+#include "engine/cpu/thread_pool.h"
+#include "engine/layer_executor.h"
+#include "engine/precision.h"
+#include "engine/weights.h"
+
+namespace layerpipe {
+
+struct EngineOptions {
+  Precision precision = Precision::kBf16;
+  int threads = 0;              // 0: LAYERPIPE_THREADS or all cores
+  int64_t prefill_chunk = 512;  // tokens of one sequence per forward step
+};
+
+// New tokens for one sequence in a step (a prompt, a prompt chunk, or one decode token).
+struct StepInput {
+  SequenceKv* kv;
+  absl::Span<const int32_t> ids;
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Load(const std::string& model_dir, const EngineOptions& options);
+
+  const ModelConfig& config() const { return config_; }
+  const EngineOptions& options() const { return options_; }
+  std::unique_ptr<SequenceKv> NewSequence() const { return executor_->NewSequence(); }
+
+  // Runs every input's ids (prefill and decode mixed; long inputs in prefill_chunk pieces) and returns
+  // the logits after each input's last id: [inputs][vocab].
+  absl::StatusOr<std::vector<std::vector<float>>> Step(absl::Span<const StepInput> inputs);
+
+  // Logits at every position of a fresh sequence: [ids][vocab].
+  absl::StatusOr<std::vector<float>> Score(absl::Span<const int32_t> ids);
+
+  // InvalidArgument naming the first id outside the vocabulary.
+  absl::Status ValidateIds(absl::Span<const int32_t> ids) const;
+
+  LayerRangeExecutor& executor() { return *executor_; }
+  const ModelWeights& weights() const { return *weights_; }
+
+ private:
+  Engine() = default;
+  ModelConfig config_;
+  EngineOptions options_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<LayerRangeExecutor> executor_;
+};
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_ENGINE_ENGINE_H_

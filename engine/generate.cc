@@ -1,0 +1,68 @@
+#include "engine/generate.h"
+
+#include <chrono>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace layerpipe {
+
+absl::StatusOr<GenerateResult> Generate(Engine& engine, const Tokenizer* tokenizer, const GenerateRequest& request,
+                                        const std::function<void(std::string_view)>& on_text) {
+  const ModelConfig& cfg = engine.config();
+  if (request.prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
+  if (request.stop.max_new_tokens <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max new tokens must be positive, got ", request.stop.max_new_tokens));
+  }
+  if (int64_t(request.prompt.size()) + request.stop.max_new_tokens > cfg.max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrCat("prompt of ", request.prompt.size(), " tokens plus ",
+                                              request.stop.max_new_tokens, " new tokens exceeds the context of ",
+                                              cfg.max_position_embeddings));
+  }
+  if (auto st = ValidateSamplingParams(request.sampling); !st.ok()) return st;
+  if (auto st = engine.ValidateIds(request.prompt); !st.ok()) return st;
+
+  Sampler sampler(request.sampling, static_cast<int>(cfg.vocab_size));
+  StopChecker stop(request.stop);
+  std::optional<StreamingDetokenizer> detok;
+  if (tokenizer != nullptr) detok.emplace(*tokenizer);
+
+  auto kv = engine.NewSequence();
+  std::vector<int32_t> history = request.prompt;
+  std::vector<int32_t> next = request.prompt;
+  GenerateResult result;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point first_token;
+  for (;;) {
+    StepInput in{kv.get(), next};
+    auto logits = engine.Step({&in, 1});
+    if (!logits.ok()) return logits.status();
+    const int32_t id = sampler.Sample((*logits)[0], history);
+    if (result.ids.empty()) first_token = Clock::now();
+    result.ids.push_back(id);
+    history.push_back(id);
+    const std::string piece = detok ? detok->Push(id) : std::string();
+    const StopChecker::Reason reason = stop.Push(id, piece);
+    if (on_text) {
+      if (std::string text = stop.TakeEmittable(); !text.empty()) on_text(text);
+    }
+    if (reason != StopChecker::Reason::kNone) {
+      result.finish_reason = reason == StopChecker::Reason::kMaxTokens ? "length" : "stop";
+      if (on_text && reason == StopChecker::Reason::kMaxTokens) {
+        // The run ended on length: bytes of an unfinished character still belong to the output.
+        std::string rest = stop.Flush() + (detok ? detok->Flush() : std::string());
+        if (!rest.empty()) on_text(rest);
+      }
+      break;
+    }
+    next.assign(1, id);
+  }
+  result.prefill_seconds = std::chrono::duration<double>(first_token - start).count();
+  result.decode_seconds = std::chrono::duration<double>(Clock::now() - first_token).count();
+  return result;
+}
+
+}  // namespace layerpipe

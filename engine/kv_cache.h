@@ -1,0 +1,67 @@
+// Per-sequence KV caches of one layer range (MODEL.md §2, "What this means for the KV cache").
+#ifndef LAYERPIPE_ENGINE_KV_CACHE_H_
+#define LAYERPIPE_ENGINE_KV_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/precision.h"
+
+namespace layerpipe {
+
+// K and V rows ([kv_heads · head_dim] each) of one layer. A sliding layer keeps a ring of `window` slots
+// (older positions are never read again); a full layer keeps pages that grow with the context.
+class LayerKvCache {
+ public:
+  static constexpr int64_t kPageTokens = 256;
+
+  LayerKvCache(bool ring, int64_t window, int64_t row_width, Precision precision);
+
+  // Makes room for positions < end (allocates pages of a full layer).
+  void Reserve(int64_t end);
+  // Row pointers; T is float (fp32) or uint16_t (bf16). `pos` must be retained.
+  template <typename T>
+  T* K(int64_t pos) {
+    return reinterpret_cast<T*>(Row(pos, 0));
+  }
+  template <typename T>
+  T* V(int64_t pos) {
+    return reinterpret_cast<T*>(Row(pos, 1));
+  }
+  bool ring() const { return ring_; }
+  int64_t row_width() const { return width_; }
+  size_t bytes() const;
+
+ private:
+  uint8_t* Row(int64_t pos, int which);
+
+  bool ring_;
+  int64_t window_;
+  int64_t width_;
+  size_t elem_;
+  // Ring: one block of [window][2][width]; paged: pages of [kPageTokens][2][width].
+  std::vector<std::unique_ptr<uint8_t[]>> blocks_;
+};
+
+// The caches of one sequence for the layers [layer_begin, layer_end) a stage serves.
+class SequenceKv {
+ public:
+  SequenceKv(std::vector<LayerKvCache> layers, int layer_begin)
+      : layers_(std::move(layers)), layer_begin_(layer_begin) {}
+
+  LayerKvCache& layer(int absolute_layer) { return layers_[absolute_layer - layer_begin_]; }
+  // Positions already written (the next token's position).
+  int64_t length() const { return length_; }
+  void Advance(int64_t n) { length_ += n; }
+  size_t bytes() const;
+
+ private:
+  std::vector<LayerKvCache> layers_;
+  int layer_begin_;
+  int64_t length_ = 0;
+};
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_ENGINE_KV_CACHE_H_

@@ -1,0 +1,206 @@
+#include "engine/layer_executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cpu/attention.h"
+#include "engine/cpu/bf16.h"
+#include "engine/cpu/matmul.h"
+#include "engine/cpu/ops.h"
+
+namespace layerpipe {
+namespace {
+
+// Query rows per attention task: small enough to spread a prefill chunk over the threads.
+constexpr int64_t kAttentionRowsPerTask = 16;
+
+}  // namespace
+
+LayerRangeExecutor::LayerRangeExecutor(const ModelWeights& weights, Precision precision, ThreadPool& pool)
+    : w_(weights), cfg_(weights.config()), precision_(precision), pool_(pool) {
+  inv_freq_sliding_ = RopeInvFreq(cfg_.head_dim, cfg_.rope_sliding.theta, cfg_.rope_sliding.partial_rotary_factor);
+  inv_freq_full_ = RopeInvFreq(cfg_.global_head_dim, cfg_.rope_full.theta, cfg_.rope_full.partial_rotary_factor);
+}
+
+std::unique_ptr<SequenceKv> LayerRangeExecutor::NewSequence() const {
+  std::vector<LayerKvCache> layers;
+  for (int l = layer_begin(); l < layer_end(); ++l) {
+    const bool full = cfg_.layer_types[l] == LayerType::kFull;
+    layers.emplace_back(!full, cfg_.sliding_window, int64_t(cfg_.KvHeads(l)) * cfg_.HeadDim(l), precision_);
+  }
+  return std::make_unique<SequenceKv>(std::move(layers), layer_begin());
+}
+
+void LayerRangeExecutor::Matmul(const float* x, int64_t m, const Bf16Matrix& w, float* y) {
+  MatmulBf16(x, m, w.cols, w.data, w.rows, y, pool_, precision_ == Precision::kBf16);
+}
+
+absl::Status LayerRangeExecutor::Embed(absl::Span<const int32_t> ids, float* hidden) const {
+  const Bf16Matrix& e = w_.embed_tokens();
+  if (e.empty()) return absl::FailedPreconditionError("this stage does not hold the embedding");
+  const int64_t H = cfg_.hidden_size;
+  // The reference casts the scale to the weight dtype: 62.0 for 3840.
+  const float scale = Bf16ToF32(F32ToBf16(static_cast<float>(std::sqrt(double(H)))));
+  for (size_t r = 0; r < ids.size(); ++r) {
+    if (ids[r] < 0 || ids[r] >= cfg_.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", ids[r], " at index ", r, " is outside the vocabulary [0, ", cfg_.vocab_size, ")"));
+    }
+  }
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const uint16_t* row = e.data + int64_t(ids[r]) * H;
+    float* out = hidden + int64_t(r) * H;
+    for (int64_t i = 0; i < H; ++i) out[i] = Bf16ToF32(row[i]) * scale;
+  }
+  return absl::OkStatus();
+}
+
+void LayerRangeExecutor::Logits(const float* hidden, int64_t rows, float* logits) {
+  const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+  normed_.resize(static_cast<size_t>(rows * H));
+  for (int64_t r = 0; r < rows; ++r) {
+    RmsNorm(hidden + r * H, w_.final_norm().data(), H, cfg_.rms_norm_eps, normed_.data() + r * H);
+  }
+  Matmul(normed_.data(), rows, w_.embed_tokens(), logits);
+  const float cap = static_cast<float>(cfg_.final_logit_softcapping);
+  if (cap > 0) {
+    pool_.ParallelFor(rows * V, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    });
+  }
+}
+
+absl::Status LayerRangeExecutor::Forward(absl::Span<const SequenceSlice> slices, float* hidden) {
+  std::set<const SequenceKv*> seen;
+  std::vector<int64_t> positions;
+  for (const SequenceSlice& s : slices) {
+    if (s.kv == nullptr || s.n <= 0) return absl::InvalidArgumentError("empty sequence slice in a step");
+    if (!seen.insert(s.kv).second) return absl::InvalidArgumentError("a sequence appears twice in one step");
+    if (s.kv->length() + s.n > cfg_.max_position_embeddings) {
+      return absl::OutOfRangeError(absl::StrCat("sequence would reach position ", s.kv->length() + s.n,
+                                                " past the model's ", cfg_.max_position_embeddings));
+    }
+    for (int64_t i = 0; i < s.n; ++i) positions.push_back(s.kv->length() + i);
+  }
+  if (positions.empty()) return absl::OkStatus();
+  const int64_t M = static_cast<int64_t>(positions.size());
+  // Rotary tables are shared by all layers of a type.
+  const int pairs_s = RotaryPairs(inv_freq_sliding_), pairs_f = RotaryPairs(inv_freq_full_);
+  cs_sliding_.resize(static_cast<size_t>(M * 2 * pairs_s));
+  cs_full_.resize(static_cast<size_t>(M * 2 * pairs_f));
+  for (int64_t r = 0; r < M; ++r) {
+    RopeCosSin(positions[r], inv_freq_sliding_, pairs_s, cs_sliding_.data() + r * 2 * pairs_s);
+    RopeCosSin(positions[r], inv_freq_full_, pairs_f, cs_full_.data() + r * 2 * pairs_f);
+  }
+  for (int l = layer_begin(); l < layer_end(); ++l) RunLayer(l, slices, positions, hidden);
+  for (const SequenceSlice& s : slices) s.kv->Advance(s.n);
+  return absl::OkStatus();
+}
+
+void LayerRangeExecutor::RunLayer(int l, absl::Span<const SequenceSlice> slices,
+                                  const std::vector<int64_t>& positions, float* h) {
+  const LayerWeights& L = w_.layer(l);
+  const bool full = cfg_.layer_types[l] == LayerType::kFull;
+  const int64_t M = static_cast<int64_t>(positions.size());
+  const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
+  const int nh = cfg_.num_heads, hd = cfg_.HeadDim(l), kvh = cfg_.KvHeads(l);
+  const int64_t qw = int64_t(nh) * hd, kw = int64_t(kvh) * hd;
+  const double eps = cfg_.rms_norm_eps;
+  const int pairs = full ? RotaryPairs(inv_freq_full_) : RotaryPairs(inv_freq_sliding_);
+  const float* cs = full ? cs_full_.data() : cs_sliding_.data();
+
+  a_.resize(M * H);
+  q_.resize(M * qw);
+  k_.resize(M * kw);
+  v_.resize(M * kw);
+  attn_.resize(M * qw);
+  o_.resize(M * H);
+  g_.resize(M * I);
+  u_.resize(M * I);
+
+  for (int64_t r = 0; r < M; ++r) RmsNorm(h + r * H, L.input_layernorm.data(), H, eps, a_.data() + r * H);
+  Matmul(a_.data(), M, L.q_proj, q_.data());
+  Matmul(a_.data(), M, L.k_proj, k_.data());
+  if (L.v_proj.empty()) {
+    // k_eq_v: V is the raw key projection, before k_norm and rotary.
+    std::memcpy(v_.data(), k_.data(), sizeof(float) * M * kw);
+  } else {
+    Matmul(a_.data(), M, L.v_proj, v_.data());
+  }
+  pool_.ParallelFor(M, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      float* q = q_.data() + r * qw;
+      float* k = k_.data() + r * kw;
+      float* v = v_.data() + r * kw;
+      RmsNormHeads(q, L.q_norm.data(), nh, hd, eps);
+      RmsNormHeads(k, L.k_norm.data(), kvh, hd, eps);
+      RmsNormHeads(v, nullptr, kvh, hd, eps);
+      ApplyRope(q, nh, hd, cs + r * 2 * pairs, pairs);
+      ApplyRope(k, kvh, hd, cs + r * 2 * pairs, pairs);
+      if (precision_ == Precision::kBf16) {
+        RoundToBf16InPlace(k, kw);
+        RoundToBf16InPlace(v, kw);
+      }
+    }
+  });
+
+  // One attention task per (slice, head, block of query rows).
+  std::vector<AttentionChunk> chunks;
+  struct Task {
+    int chunk, head;
+    int64_t row_begin, row_end;
+  };
+  std::vector<Task> tasks;
+  int64_t row0 = 0;
+  for (const SequenceSlice& s : slices) {
+    chunks.push_back(AttentionChunk{&s.kv->layer(l), precision_, s.kv->length(), s.n,
+                                    full ? 0 : cfg_.sliding_window, q_.data() + row0 * qw, qw,
+                                    k_.data() + row0 * kw, v_.data() + row0 * kw, kw, attn_.data() + row0 * qw, qw});
+    for (int head = 0; head < nh; ++head) {
+      for (int64_t rb = 0; rb < s.n; rb += kAttentionRowsPerTask) {
+        tasks.push_back({static_cast<int>(chunks.size() - 1), head, rb, std::min(s.n, rb + kAttentionRowsPerTask)});
+      }
+    }
+    row0 += s.n;
+  }
+  const int group = nh / kvh;
+  pool_.ParallelFor(static_cast<int64_t>(tasks.size()), [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> scores;
+    for (int64_t t = b; t < e; ++t) {
+      const Task& task = tasks[t];
+      AttendHead(chunks[task.chunk], task.head, task.head / group, hd, task.row_begin, task.row_end, scores);
+    }
+  });
+  for (const AttentionChunk& c : chunks) StoreChunk(c);
+
+  Matmul(attn_.data(), M, L.o_proj, o_.data());
+  pool_.ParallelFor(M, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      float* o = o_.data() + r * H;
+      RmsNorm(o, L.post_attention_layernorm.data(), H, eps, o);
+      float* hr = h + r * H;
+      for (int64_t i = 0; i < H; ++i) hr[i] += o[i];
+      RmsNorm(hr, L.pre_feedforward_layernorm.data(), H, eps, a_.data() + r * H);
+    }
+  });
+  Matmul(a_.data(), M, L.gate_proj, g_.data());
+  Matmul(a_.data(), M, L.up_proj, u_.data());
+  pool_.ParallelFor(M, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) GeluTanhMul(g_.data() + r * I, u_.data() + r * I, I);
+  });
+  Matmul(g_.data(), M, L.down_proj, o_.data());
+  const float scalar = L.layer_scalar;
+  pool_.ParallelFor(M, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      float* o = o_.data() + r * H;
+      RmsNorm(o, L.post_feedforward_layernorm.data(), H, eps, o);
+      float* hr = h + r * H;
+      for (int64_t i = 0; i < H; ++i) hr[i] = (hr[i] + o[i]) * scalar;
+    }
+  });
+}
+
+}  // namespace layerpipe

@@ -1,0 +1,232 @@
+#include "engine/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace layerpipe {
+namespace {
+
+using json = nlohmann::json;
+
+// A header larger than this is corrupt, not a checkpoint (the 12B's is ~100 KB).
+constexpr uint64_t kMaxHeaderBytes = 100u << 20;
+
+absl::StatusOr<DType> ParseDType(const std::string& s) {
+  if (s == "BF16") return DType::kBF16;
+  if (s == "F16") return DType::kF16;
+  if (s == "F32") return DType::kF32;
+  return absl::InvalidArgumentError(absl::StrCat("unsupported dtype ", s, " (expected BF16, F16 or F32)"));
+}
+
+}  // namespace
+
+const char* DTypeName(DType d) {
+  switch (d) {
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
+    case DType::kF32: return "F32";
+  }
+  return "?";
+}
+
+size_t DTypeSize(DType d) { return d == DType::kF32 ? 4 : 2; }
+
+int64_t TensorInfo::NumElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string TensorInfo::ShapeString() const { return absl::StrCat("[", absl::StrJoin(shape, ","), "]"); }
+
+absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    return absl::InternalError(absl::StrCat(path, ": stat failed: ", std::strerror(e)));
+  }
+  std::unique_ptr<MappedFile> f(new MappedFile());
+  f->path_ = path;
+  f->size_ = static_cast<size_t>(st.st_size);
+  if (f->size_ > 0) {
+    void* p = mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int e = errno;
+      ::close(fd);
+      return absl::InternalError(absl::StrCat(path, ": mmap failed: ", std::strerror(e)));
+    }
+    f->data_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);
+  return f;
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
+  auto mapped = MappedFile::Open(path);
+  if (!mapped.ok()) return mapped.status();
+  auto bad = [&](const std::string& msg) { return absl::DataLossError(absl::StrCat(path, ": ", msg)); };
+  const MappedFile& m = **mapped;
+  if (m.size() < 8) return bad(absl::StrCat("truncated: ", m.size(), " bytes, no safetensors header"));
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, m.data(), 8);
+  if (header_len > kMaxHeaderBytes || header_len > m.size() - 8) {
+    return bad(absl::StrCat("header length ", header_len, " exceeds the file size ", m.size(),
+                            " (truncated or not a safetensors file)"));
+  }
+  json header = json::parse(m.data() + 8, m.data() + 8 + header_len, nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) return bad("header is not a JSON object");
+  const uint8_t* base = m.data() + 8 + header_len;
+  const uint64_t data_size = m.size() - 8 - header_len;
+
+  auto file = std::unique_ptr<SafetensorsFile>(new SafetensorsFile());
+  for (auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") continue;
+    auto tbad = [&](const std::string& msg) { return bad(absl::StrCat("tensor ", name, ": ", msg)); };
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+        !entry.contains("data_offsets")) {
+      return tbad("header entry lacks dtype, shape or data_offsets");
+    }
+    if (!entry["dtype"].is_string()) return tbad("dtype is not a string");
+    auto dtype = ParseDType(entry["dtype"].get<std::string>());
+    if (!dtype.ok()) return tbad(std::string(dtype.status().message()));
+    TensorInfo t;
+    t.name = name;
+    t.dtype = *dtype;
+    t.file = path;
+    const json& shape = entry["shape"];
+    if (!shape.is_array()) return tbad("shape is not a list");
+    uint64_t elems = 1;
+    for (const json& d : shape) {
+      if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) {
+        return tbad("shape has a negative or non-integer dimension");
+      }
+      int64_t v = d.get<int64_t>();
+      if (v > 0 && elems > (uint64_t{1} << 48) / static_cast<uint64_t>(v)) return tbad("shape is absurdly large");
+      elems *= static_cast<uint64_t>(v);
+      t.shape.push_back(v);
+    }
+    const json& off = entry["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+      return tbad("data_offsets must be two non-negative integers");
+    }
+    uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+    if (begin > end || end > data_size) {
+      return tbad(absl::StrCat("data [", begin, ", ", end, ") lies outside the file's ", data_size,
+                               " data bytes (truncated file?)"));
+    }
+    if (end - begin != elems * DTypeSize(t.dtype)) {
+      return tbad(absl::StrCat("holds ", end - begin, " bytes but shape ", t.ShapeString(), " of ",
+                               DTypeName(t.dtype), " needs ", elems * DTypeSize(t.dtype)));
+    }
+    t.data = base + begin;
+    t.nbytes = end - begin;
+    file->tensors_.emplace(name, std::move(t));
+  }
+  file->file_ = std::move(*mapped);
+  return file;
+}
+
+const TensorInfo* SafetensorsFile::Find(std::string_view name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir, const NameFilter& wanted) {
+  auto ckpt = std::unique_ptr<Checkpoint>(new Checkpoint());
+  ckpt->dir_ = dir;
+  const std::string index_path = dir + "/model.safetensors.index.json";
+  std::vector<std::string> shard_names;
+  std::map<std::string, std::string, std::less<>> index_map;  // tensor -> shard
+  if (std::ifstream in(index_path, std::ios::binary); in) {
+    std::stringstream ss;
+    ss << in.rdbuf();
+    json idx = json::parse(ss.str(), nullptr, false);
+    if (idx.is_discarded() || !idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object()) {
+      return absl::DataLossError(absl::StrCat(index_path, ": not a JSON object with a \"weight_map\""));
+    }
+    std::set<std::string> needed;
+    for (auto& [name, shard] : idx["weight_map"].items()) {
+      if (!shard.is_string()) {
+        return absl::DataLossError(absl::StrCat(index_path, ": weight_map entry ", name, " is not a file name"));
+      }
+      std::string s = shard.get<std::string>();
+      if (s.find('/') != std::string::npos) {
+        return absl::DataLossError(absl::StrCat(index_path, ": shard name ", s, " must be a plain file name"));
+      }
+      index_map.emplace(name, s);
+      if (wanted(name)) needed.insert(s);
+    }
+    shard_names.assign(needed.begin(), needed.end());
+  } else {
+    shard_names.push_back("model.safetensors");
+  }
+  for (const std::string& shard : shard_names) {
+    auto f = SafetensorsFile::Open(dir + "/" + shard);
+    if (!f.ok()) return f.status();
+    for (const auto& [name, info] : (*f)->tensors()) {
+      if (!wanted(name)) continue;
+      auto it = index_map.find(name);
+      if (!index_map.empty() && (it == index_map.end() || it->second != shard)) continue;
+      ckpt->by_name_.emplace(name, &info);
+    }
+    ckpt->files_.push_back(std::move(*f));
+  }
+  for (const auto& [name, shard] : index_map) {
+    if (wanted(name) && !ckpt->by_name_.count(name)) {
+      return absl::DataLossError(
+          absl::StrCat(dir, "/", shard, ": tensor ", name, " is listed in the index but missing from the shard"));
+    }
+  }
+  return ckpt;
+}
+
+const TensorInfo* Checkpoint::Find(std::string_view name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+absl::Status WriteSafetensors(const std::string& path, const std::vector<const TensorBlob*>& tensors) {
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const TensorBlob* t : tensors) {
+    header[t->name] = {{"dtype", DTypeName(t->dtype)}, {"shape", t->shape},
+                       {"data_offsets", {offset, offset + t->bytes.size()}}};
+    offset += t->bytes.size();
+  }
+  std::string h = header.dump();
+  // Data starts 8-byte aligned so mapped tensors are aligned.
+  while ((h.size() + 8) % 8 != 0) h.push_back(' ');
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create"));
+  uint64_t len = h.size();
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (const TensorBlob* t : tensors) {
+    out.write(reinterpret_cast<const char*>(t->bytes.data()), static_cast<std::streamsize>(t->bytes.size()));
+  }
+  out.close();
+  if (!out) return absl::DataLossError(absl::StrCat(path, ": write failed (disk full?)"));
+  return absl::OkStatus();
+}
+
+}  // namespace layerpipe

@@ -1,0 +1,96 @@
+// Memory-mapped safetensors checkpoints: one file, or shards listed in model.safetensors.index.json.
+#ifndef LAYERPIPE_ENGINE_SAFETENSORS_H_
+#define LAYERPIPE_ENGINE_SAFETENSORS_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace layerpipe {
+
+enum class DType { kBF16, kF16, kF32 };
+
+const char* DTypeName(DType d);
+size_t DTypeSize(DType d);
+
+struct TensorInfo {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // points into the mapping
+  size_t nbytes = 0;
+  std::string file;  // for error messages
+
+  int64_t NumElements() const;
+  std::string ShapeString() const;
+};
+
+// Read-only mmap of a whole file. Pages are faulted in on first touch, so mapping a 24 GB checkpoint
+// costs nothing until a layer's tensors are read.
+class MappedFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+class SafetensorsFile {
+ public:
+  // Parses and bounds-checks the header; every error names the file (and the tensor).
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+
+  const TensorInfo* Find(std::string_view name) const;
+  const std::map<std::string, TensorInfo, std::less<>>& tensors() const { return tensors_; }
+
+ private:
+  std::unique_ptr<MappedFile> file_;
+  std::map<std::string, TensorInfo, std::less<>> tensors_;
+};
+
+// All tensors of a checkpoint directory. With an index, only the shards that hold a wanted tensor are
+// opened, so a worker serving a layer range maps only what it needs.
+class Checkpoint {
+ public:
+  using NameFilter = std::function<bool(std::string_view)>;
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir, const NameFilter& wanted);
+
+  const TensorInfo* Find(std::string_view name) const;
+  bool Has(std::string_view name) const { return Find(name) != nullptr; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorInfo*, std::less<>> by_name_;
+};
+
+// One tensor to be written by WriteSafetensors.
+struct TensorBlob {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+absl::Status WriteSafetensors(const std::string& path, const std::vector<const TensorBlob*>& tensors);
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_ENGINE_SAFETENSORS_H_

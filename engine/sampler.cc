@@ -1,0 +1,433 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_format.h"
+
+namespace layerpipe {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+bool IsBanned(int32_t id) {
+  for (int32_t banned : kBannedTokenIds) {
+    if (id == banned) return true;
+  }
+  return false;
+}
+
+// Strict total order: higher logit first, lower id among equals. Being total, it makes the result
+// of nth_element + sort unique, so every standard library keeps the same set in the same order.
+struct Better {
+  template <typename C>
+  bool operator()(const C& a, const C& b) const {
+    if (a.logit != b.logit) return a.logit > b.logit;
+    return a.id < b.id;
+  }
+};
+
+// Invalid fields fall back to "disabled" so that a request which skipped validation degrades to a
+// defined behaviour instead of undefined arithmetic.
+SamplingParams Sanitize(const SamplingParams& p) {
+  SamplingParams s = p;
+  if (!std::isfinite(s.temperature) || s.temperature < 0) s.temperature = 0;
+  if (s.top_k < 0) s.top_k = 0;
+  if (!(s.top_p > 0 && s.top_p <= 1)) s.top_p = 1;
+  if (!(s.min_p >= 0 && s.min_p < 1)) s.min_p = 0;
+  if (!(s.repetition_penalty > 0) || !std::isfinite(s.repetition_penalty)) s.repetition_penalty = 1;
+  return s;
+}
+
+// Weights are e^x for the log-weight x = (logit - max) / T <= 0. Below e^-80 a weight is taken as
+// 0: even over the whole vocabulary such weights cannot move a double total that is >= 1, nor be
+// hit by a 53-bit draw, so those tokens are not candidates at all.
+constexpr float kMinLogWeight = -80.0f;
+
+// `value` if `keep`, else +0. A select on the bits: GCC will not if-convert (and so not vectorise)
+// a float select whose arm computes something that could raise an FP exception.
+inline float KeepIf(bool keep, float value) {
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(value) & (keep ? ~0u : 0u));
+}
+
+// Adding then subtracting 1.5 * 2^23 rounds a float of magnitude < 2^22 to an integer, which can
+// then be read from the low mantissa bits: no float-to-int conversion, which would also block
+// vectorising.
+constexpr float kRound = 12582912.0f;
+
+// e^x for x <= 0 (0 below kMinLogWeight), within 1e-7 relative. Plain arithmetic, so loops over a
+// logit row vectorise; a libm call per entry used to dominate sampling over a full vocabulary.
+// x = k ln2 + f with integer k and |f| <= ln2 / 2 (ln2 split in two so k ln2 is exact), e^f from
+// its degree-7 Taylor series, then 2^k added to the exponent (k >= -116 keeps the result normal).
+inline float ExpNonPositive(float x) {
+  constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  const float rounded = x * kLog2e + kRound;
+  const float k = rounded - kRound;
+  // Unsigned: in lanes that get masked out these bits are garbage, and must not overflow an int.
+  const uint32_t k_bits = std::bit_cast<uint32_t>(rounded) - std::bit_cast<uint32_t>(kRound);
+  const float f = (x - k * kLn2Hi) - k * kLn2Lo;
+  // Horner form of 1 + f + f^2/2! + ... + f^7/7!.
+  float p = 1.0f / 5040;
+  p = p * f + 1.0f / 720;
+  p = p * f + 1.0f / 120;
+  p = p * f + 1.0f / 24;
+  p = p * f + 1.0f / 6;
+  p = p * f + 1.0f / 2;
+  p = p * f + 1.0f;
+  p = p * f + 1.0f;
+  // Below kMinLogWeight (-inf included) the arithmetic above is garbage and is masked out.
+  return KeepIf(x >= kMinLogWeight,
+                std::bit_cast<float>(std::bit_cast<uint32_t>(p) + (k_bits << 23)));
+}
+
+// Log-weight of one logit. The best logit gets exactly 0, also when it is +inf or 1/T overflows.
+inline float LogWeight(float logit, float max_logit, float inv_t) {
+  return KeepIf(logit != max_logit, (logit - max_logit) * inv_t);
+}
+
+// Top-p's histogram: bucket b holds log-weights within 1/8 of -b/4, i.e. bands of a quarter nat, in
+// order of decreasing weight; the last bucket also takes everything below kMinLogWeight (weight 0).
+constexpr int kLogBucketsPerNat = 4;
+constexpr int kLogBuckets = static_cast<int>(-kMinLogWeight) * kLogBucketsPerNat + 1;
+inline uint16_t LogBucket(float log_weight) {
+  // For log_weight <= 0 the sum is >= kRound, so its bits grow with -log_weight: monotone even
+  // where it no longer holds an exact integer, and the min catches those cases.
+  const uint32_t band = std::bit_cast<uint32_t>(-log_weight * kLogBucketsPerNat + kRound) -
+                        std::bit_cast<uint32_t>(kRound);
+  return static_cast<uint16_t>(std::min(band, static_cast<uint32_t>(kLogBuckets - 1)));
+}
+
+// weights[i] (and buckets[i]) for a whole row; fixed-length inner loops over restrict pointers are
+// what GCC's -O2 vectoriser accepts.
+constexpr int kBlock = 16;
+
+void RowWeights(const float* __restrict logits, int n, float max_logit, float inv_t,
+                float* __restrict weights) {
+  int i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (int j = 0; j < kBlock; ++j) {
+      weights[i + j] = ExpNonPositive(LogWeight(logits[i + j], max_logit, inv_t));
+    }
+  }
+  for (; i < n; ++i) weights[i] = ExpNonPositive(LogWeight(logits[i], max_logit, inv_t));
+}
+
+void RowWeightsAndBuckets(const float* __restrict logits, int n, float max_logit, float inv_t,
+                          float* __restrict weights, uint16_t* __restrict buckets) {
+  int i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (int j = 0; j < kBlock; ++j) {
+      const float x = LogWeight(logits[i + j], max_logit, inv_t);
+      weights[i + j] = ExpNonPositive(x);
+      buckets[i + j] = LogBucket(x);
+    }
+  }
+  for (; i < n; ++i) {
+    const float x = LogWeight(logits[i], max_logit, inv_t);
+    weights[i] = ExpNonPositive(x);
+    buckets[i] = LogBucket(x);
+  }
+}
+
+// out[i] = in[i], with NaN replaced by -inf. Written for GCC's -O2 vectoriser, which only takes a
+// fixed-length inner loop over restrict pointers with a quiet NaN test; this row pass is most of
+// the cost of greedy decoding over a 262,144-entry vocabulary.
+void CopyReplacingNaN(const float* __restrict in, float* __restrict out, int n) {
+  int i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (int j = 0; j < kBlock; ++j) {
+      const float v = in[i + j];
+      out[i + j] = std::isnan(v) ? kNegInf : v;
+    }
+  }
+  for (; i < n; ++i) out[i] = std::isnan(in[i]) ? kNegInf : in[i];
+}
+
+// Defined answer when nothing survives masking; see the header.
+int32_t RawFallback(absl::Span<const float> logits, int n) {
+  int32_t best = -1;
+  float best_value = 0;
+  for (int i = 0; i < n; ++i) {
+    const float v = logits[i];
+    if (std::isnan(v) || IsBanned(i)) continue;
+    if (best < 0 || v > best_value) {
+      best = i;
+      best_value = v;
+    }
+  }
+  return best < 0 ? 0 : best;
+}
+
+}  // namespace
+
+absl::Status ValidateSamplingParams(const SamplingParams& p) {
+  if (std::isnan(p.temperature) || std::isinf(p.temperature) || p.temperature < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "temperature must be a finite number >= 0 (0 = greedy), got %g", p.temperature));
+  }
+  if (p.top_k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("top_k must be >= 0 (0 = disabled), got %d", p.top_k));
+  }
+  if (!(p.top_p > 0 && p.top_p <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("top_p must be in (0, 1] (1 = disabled), got %g", p.top_p));
+  }
+  if (!(p.min_p >= 0 && p.min_p < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("min_p must be in [0, 1) (0 = disabled), got %g", p.min_p));
+  }
+  if (!(p.repetition_penalty > 0) || std::isinf(p.repetition_penalty)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("repetition_penalty must be a finite number > 0 (1 = disabled), got %g",
+                        p.repetition_penalty));
+  }
+  return absl::OkStatus();
+}
+
+Sampler::Sampler(const SamplingParams& params, int vocab_size)
+    : params_(Sanitize(params)), vocab_size_(std::max(vocab_size, 0)), rng_(params.seed) {}
+
+double Sampler::NextUniform() {
+  // The top 53 bits scaled by 2^-53: exactly representable, in [0, 1), and defined by mt19937_64
+  // alone (std::uniform_real_distribution is implementation-specific).
+  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+}
+
+void Sampler::PrepareLogits(absl::Span<const float> logits, absl::Span<const int32_t> history,
+                            int n) {
+  work_.resize(n);
+  CopyReplacingNaN(logits.data(), work_.data(), n);
+  for (int32_t banned : kBannedTokenIds) {
+    if (banned < n) work_[banned] = kNegInf;
+  }
+
+  const float penalty = params_.repetition_penalty;
+  if (penalty == 1.0f || history.empty()) return;
+  // Each distinct id is penalised once, however often it repeats (HF gathers/scatters by id).
+  penalized_.resize(n, 0);
+  for (int32_t id : history) {
+    if (id < 0 || id >= n || penalized_[id]) continue;
+    penalized_[id] = 1;
+    float& v = work_[id];
+    v = v > 0 ? v / penalty : v * penalty;
+  }
+  for (int32_t id : history) {
+    if (id >= 0 && id < n) penalized_[id] = 0;
+  }
+}
+
+int32_t Sampler::Greedy(int n) const {
+  const float best = MaxLogit(n);
+  if (best == kNegInf) return -1;
+  // The first occurrence: ties go to the lowest id.
+  return static_cast<int32_t>(std::find(work_.begin(), work_.begin() + n, best) - work_.begin());
+}
+
+float Sampler::MaxLogit(int n) const {
+  // Independent lanes break the loop-carried dependency so the compiler can use vector max
+  // instructions; work_ holds no NaN, so the order of comparisons cannot change the result.
+  constexpr int kLanes = 16;
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, kNegInf);
+  const float* data = work_.data();
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) lane[j] = lane[j] > data[i + j] ? lane[j] : data[i + j];
+  }
+  float best = kNegInf;
+  for (; i < n; ++i) best = std::max(best, data[i]);
+  for (int j = 0; j < kLanes; ++j) best = std::max(best, lane[j]);
+  return best;
+}
+
+void Sampler::SelectTopK(int n, size_t k) {
+  // Keep a buffer of plausible candidates and, whenever it fills, cut it back to the k best; the
+  // k-th best logit then becomes an admission threshold, so almost every entry costs a single
+  // comparison. Ids arrive in increasing order, so an entry equal to the threshold loses the tie
+  // and can be skipped.
+  const size_t capacity = std::max<size_t>(4 * k, 1024);
+  candidates_.clear();
+  candidates_.reserve(capacity);
+  float threshold = kNegInf;
+  const float* data = work_.data();
+  for (int start = 0; start < n; start += kBlock) {
+    const int end = std::min(n, start + kBlock);
+    // Most blocks hold nothing above the threshold: test a whole block at once (a fixed-length
+    // loop, which the compiler vectorises).
+    if (end - start == kBlock) {
+      int above = 0;
+      for (int j = 0; j < kBlock; ++j) above |= data[start + j] > threshold ? 1 : 0;
+      if (!above) continue;
+    }
+    for (int i = start; i < end; ++i) {
+      const float logit = data[i];
+      if (!(logit > threshold)) continue;
+      candidates_.push_back({logit, i, 0.0});
+      if (candidates_.size() == capacity) {
+        std::nth_element(candidates_.begin(), candidates_.begin() + (k - 1), candidates_.end(),
+                         Better());
+        candidates_.resize(k);
+        threshold = candidates_[k - 1].logit;
+      }
+    }
+  }
+  if (candidates_.size() > k) {
+    std::nth_element(candidates_.begin(), candidates_.begin() + (k - 1), candidates_.end(),
+                     Better());
+    candidates_.resize(k);
+  }
+  std::sort(candidates_.begin(), candidates_.end(), Better());
+}
+
+size_t Sampler::Filter(int n) {
+  candidates_.clear();
+  const float max_logit = MaxLogit(n);
+  if (max_logit == kNegInf) return 0;
+  // Weights are probabilities relative to the best candidate (whose weight is exactly 1), so min-p
+  // is a plain threshold and nothing overflows even for tiny temperatures. +inf logits share the
+  // mass.
+  const float inv_t = 1.0f / params_.temperature;
+  const bool use_top_p = params_.top_p < 1.0f;
+  const double min_p = params_.min_p;
+  // Top-p's target is a fraction of the mass after top-k, i.e. before min-p removes anything.
+  double total = 0;
+
+  if (params_.top_k > 0 && params_.top_k < n) {
+    SelectTopK(n, params_.top_k);
+    for (Candidate& c : candidates_) {
+      c.weight = ExpNonPositive(LogWeight(c.logit, max_logit, inv_t));
+      total += c.weight;
+    }
+    // Min-p, like top-k, keeps a prefix of the sorted order, so cutting before top-p's walk gives
+    // the same final set as cutting after it. erase_if keeps the order.
+    std::erase_if(candidates_,
+                  [min_p](const Candidate& c) { return c.weight <= 0 || c.weight < min_p; });
+    if (use_top_p) {
+      // Already sorted: keep the smallest prefix whose mass reaches top_p.
+      const double target = static_cast<double>(params_.top_p) * total;
+      double cumulative = 0;
+      size_t keep = 0;
+      while (keep < candidates_.size()) {
+        cumulative += candidates_[keep++].weight;
+        if (cumulative >= target) break;
+      }
+      candidates_.resize(keep);
+    }
+    return candidates_.size();
+  }
+
+  // Over the whole vocabulary.
+  row_weights_.resize(n);
+  if (!use_top_p) {
+    RowWeights(work_.data(), n, max_logit, inv_t, row_weights_.data());
+    const float* logits = work_.data();
+    const float* weights = row_weights_.data();
+    for (int i = 0; i < n; ++i) {
+      const float w = weights[i];
+      if (w > 0 && w >= min_p) candidates_.push_back({logits[i], i, w});
+    }
+    return candidates_.size();
+  }
+
+  // Top-p: a histogram of the mass by log-weight locates the band where the nucleus ends. Bands
+  // above it belong to the nucleus whole and only the boundary band is sorted, so even a flat
+  // distribution never sorts more than a narrow slice of the vocabulary.
+  row_buckets_.resize(n);
+  RowWeightsAndBuckets(work_.data(), n, max_logit, inv_t, row_weights_.data(), row_buckets_.data());
+  const float* weights = row_weights_.data();
+  const uint16_t* buckets = row_buckets_.data();
+  // Four interleaved histograms: neighbouring entries often share a bucket, and a single histogram
+  // would chain every add through the same memory slot.
+  std::array<std::array<double, kLogBuckets>, 4> partial_mass{};
+  int tail = 0;
+  for (; tail + 4 <= n; tail += 4) {
+    for (int j = 0; j < 4; ++j) partial_mass[j][buckets[tail + j]] += weights[tail + j];
+  }
+  for (; tail < n; ++tail) partial_mass[0][buckets[tail]] += weights[tail];
+  std::array<double, kLogBuckets> bucket_mass;
+  for (int b = 0; b < kLogBuckets; ++b) {
+    bucket_mass[b] =
+        (partial_mass[0][b] + partial_mass[1][b]) + (partial_mass[2][b] + partial_mass[3][b]);
+    total += bucket_mass[b];
+  }
+  const double target = static_cast<double>(params_.top_p) * total;
+  double mass_above = 0;
+  int boundary = kLogBuckets - 1;
+  for (int b = 0; b < kLogBuckets; ++b) {
+    if (mass_above + bucket_mass[b] >= target) {
+      boundary = b;
+      break;
+    }
+    mass_above += bucket_mass[b];
+  }
+  // Min-p removes only the lowest weights, so applying it here, before the walk through the
+  // boundary band, gives the same set as applying it after top-p; the walk starts from mass_above,
+  // which still counts whatever min-p removed above the boundary.
+  boundary_.clear();
+  const float* logits = work_.data();
+  for (int i = 0; i < n; ++i) {
+    const float w = weights[i];
+    if (buckets[i] > boundary || !(w > 0) || w < min_p) continue;
+    (buckets[i] < boundary ? candidates_ : boundary_).push_back({logits[i], i, w});
+  }
+  std::sort(boundary_.begin(), boundary_.end(), Better());
+  double cumulative = mass_above;
+  for (const Candidate& c : boundary_) {
+    candidates_.push_back(c);
+    cumulative += c.weight;
+    if (cumulative >= target) break;
+  }
+  return candidates_.size();
+}
+
+int32_t Sampler::SampleFromWork(int n) {
+  // Drawn first so the RNG advances by one per sampled step whatever happens below.
+  const double u = NextUniform();
+  const size_t size = Filter(n);
+  if (size == 0) return -1;
+
+  double mass = 0;
+  for (size_t i = 0; i < size; ++i) mass += candidates_[i].weight;
+  const double point = u * mass;
+  double cumulative = 0;
+  for (size_t i = 0; i < size; ++i) {
+    cumulative += candidates_[i].weight;
+    if (point < cumulative) return candidates_[i].id;
+  }
+  // Rounding left `point` at the very end (every candidate has a positive weight).
+  return candidates_[size - 1].id;
+}
+
+int32_t Sampler::Sample(absl::Span<const float> logits, absl::Span<const int32_t> history) {
+  const int n = static_cast<int>(std::min<size_t>(logits.size(), static_cast<size_t>(vocab_size_)));
+  if (n == 0) return 0;
+  PrepareLogits(logits, history, n);
+  const int32_t id = params_.temperature == 0 ? Greedy(n) : SampleFromWork(n);
+  return id >= 0 ? id : RawFallback(logits, n);
+}
+
+std::vector<TokenProbability> Sampler::Distribution(absl::Span<const float> logits,
+                                                    absl::Span<const int32_t> history) {
+  const int n = static_cast<int>(std::min<size_t>(logits.size(), static_cast<size_t>(vocab_size_)));
+  if (n == 0) return {{0, 1.0}};
+  PrepareLogits(logits, history, n);
+  if (params_.temperature == 0) {
+    const int32_t id = Greedy(n);
+    return {{id >= 0 ? id : RawFallback(logits, n), 1.0}};
+  }
+  const size_t size = Filter(n);
+  if (size == 0) return {{RawFallback(logits, n), 1.0}};
+  std::sort(candidates_.begin(), candidates_.end(), Better());
+  double mass = 0;
+  for (const Candidate& c : candidates_) mass += c.weight;
+  std::vector<TokenProbability> out;
+  out.reserve(size);
+  for (const Candidate& c : candidates_) out.push_back({c.id, c.weight / mass});
+  return out;
+}
+
+}  // namespace layerpipe

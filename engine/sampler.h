@@ -1,0 +1,115 @@
+// Next-token selection from a row of logits: repetition penalty, greedy or temperature sampling
+// with top-k / top-p / min-p filtering, drawn from a seeded RNG whose output is the same on every
+// platform.
+#ifndef LAYERPIPE_ENGINE_SAMPLER_H_
+#define LAYERPIPE_ENGINE_SAMPLER_H_
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace layerpipe {
+
+struct SamplingParams {
+  float temperature = 0;         // 0 selects greedy decoding.
+  int top_k = 0;                 // 0 disables.
+  float top_p = 1;               // 1 disables.
+  float min_p = 0;               // 0 disables; relative to the most likely token's probability.
+  float repetition_penalty = 1;  // 1 disables.
+  uint64_t seed = 0;
+};
+
+// The ids of the end-of-image and end-of-audio markers. They only ever close a media span the
+// engine writes itself, so the model must never be allowed to produce them.
+inline constexpr int32_t kBannedTokenIds[] = {258882, 258883};
+
+// InvalidArgument naming the offending field and value, for a request to be rejected before it
+// reaches a Sampler.
+absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+struct TokenProbability {
+  int32_t id;
+  double probability;
+};
+
+// One Sampler per generated sequence: it owns that sequence's RNG stream, so the same seed and the
+// same sequence of logits yield the same tokens regardless of what else runs in the batch.
+//
+// Sample() pipeline:
+//   1. Only the first min(logits.size(), vocab_size) entries take part (a padded row is fine).
+//      NaN counts as -inf; the banned ids above are removed.
+//   2. Repetition penalty (HF semantics) over every distinct id in `history` (prompt + generated):
+//      a positive logit is divided by the penalty, a negative one multiplied.
+//   3. temperature == 0: argmax, ties broken towards the lowest id. Otherwise:
+//      weights e^((logit - max) / T), i.e. probabilities relative to the best token; tokens below
+//      e^-80 of the best are dropped (they could not affect the 53-bit draw). Then top-k; top-p
+//      keeps the smallest prefix, in (logit descending, id ascending) order, whose mass reaches
+//      top_p of the top-k survivors' mass (never empty); min-p drops tokens whose weight is below
+//      min_p; then one draw. That order is total, so the kept set and the draw never depend on
+//      how a standard library implements nth_element or sort.
+//   4. If nothing finite is left (everything NaN, -inf or banned), the result is the argmax of the
+//      raw input ignoring NaN and banned ids (ties to the lowest id); if the raw input has no such
+//      value either, id 0. An empty row returns 0.
+// The sampling path consumes exactly one 64-bit RNG output per call (greedy consumes none), so the
+// RNG position depends only on the number of sampled steps. The uniform is the top 53 bits of
+// std::mt19937_64, whose output the C++ standard fixes bit for bit; no <random> distribution is used.
+//
+// Cost over Gemma's 262,144 ids (one core): greedy ~0.05 ms; top-k 64 + top-p ~0.2 ms; without
+// top-k a full-vocabulary pass with a vectorised exp, ~1-2 ms. Top-p without top-k sorts only the
+// quarter-nat band of probabilities where the nucleus ends, never the whole vocabulary.
+//
+// Params are expected to pass ValidateSamplingParams; a field that does not is treated as disabled
+// (an invalid temperature as greedy) rather than crashing the engine.
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, int vocab_size);
+
+  int32_t Sample(absl::Span<const float> logits, absl::Span<const int32_t> history);
+
+  // The distribution Sample() would draw from for these inputs, after every filter: ids best first
+  // with probabilities summing to 1 (a single id with probability 1 when greedy). Consumes no
+  // randomness; meant for reporting log-probabilities and for checking the filters exactly.
+  std::vector<TokenProbability> Distribution(absl::Span<const float> logits,
+                                             absl::Span<const int32_t> history);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  struct Candidate {
+    float logit;
+    int32_t id;
+    double weight;  // probability relative to the best candidate
+  };
+
+  // Copies the usable logits into work_, with NaN and banned ids set to -inf and the penalty
+  // applied.
+  void PrepareLogits(absl::Span<const float> logits, absl::Span<const int32_t> history, int n);
+  int32_t Greedy(int n) const;  // -1 when no entry of work_ is finite
+  float MaxLogit(int n) const;
+  // Fills candidates_ with the survivors of top-k / min-p / top-p and their relative weights;
+  // returns how many there are (0 when no logit is finite).
+  size_t Filter(int n);
+  // Leaves the k best finite entries of work_ in candidates_, best first (logit descending, id
+  // ascending).
+  void SelectTopK(int n, size_t k);
+  int32_t SampleFromWork(int n);
+  double NextUniform();  // [0, 1) with 53 random bits.
+
+  SamplingParams params_;
+  int vocab_size_;
+  std::mt19937_64 rng_;
+  // Reused across calls so a 262,144-entry vocabulary does not allocate per token.
+  std::vector<float> work_;
+  std::vector<uint8_t> penalized_;
+  std::vector<Candidate> candidates_;
+  std::vector<float> row_weights_;
+  std::vector<uint16_t> row_buckets_;
+  std::vector<Candidate> boundary_;
+};
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_ENGINE_SAMPLER_H_

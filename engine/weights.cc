@@ -1,0 +1,184 @@
+#include "engine/weights.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+#include <set>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/cpu/bf16.h"
+
+namespace layerpipe {
+namespace {
+
+constexpr const char* kPrefixes[] = {"model.language_model.", "model."};
+
+std::string LayerName(int layer, const char* suffix) { return absl::StrCat("layers.", layer, ".", suffix); }
+
+// Names (without prefix) of every text tensor the selection needs.
+std::vector<std::string> NeededNames(const ModelConfig& c, const WeightSelection& sel) {
+  std::vector<std::string> names;
+  if (sel.embedding || sel.head) names.push_back("embed_tokens.weight");
+  if (sel.head) names.push_back("norm.weight");
+  for (int l = sel.layer_begin; l < sel.layer_end; ++l) {
+    for (const char* s : {"input_layernorm.weight", "post_attention_layernorm.weight",
+                          "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight", "layer_scalar",
+                          "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+                          "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.o_proj.weight",
+                          "self_attn.q_norm.weight", "self_attn.k_norm.weight"}) {
+      names.push_back(LayerName(l, s));
+    }
+    if (c.HasVProj(l)) names.push_back(LayerName(l, "self_attn.v_proj.weight"));
+  }
+  return names;
+}
+
+float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
+
+// Widens any stored dtype to fp32 (norm gains and scalars are tiny).
+std::vector<float> ToFloat(const TensorInfo& t) {
+  std::vector<float> out(static_cast<size_t>(t.NumElements()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    switch (t.dtype) {
+      case DType::kF32: std::memcpy(&out[i], t.data + 4 * i, 4); break;
+      case DType::kBF16: {
+        uint16_t v;
+        std::memcpy(&v, t.data + 2 * i, 2);
+        out[i] = Bf16ToF32(v);
+        break;
+      }
+      case DType::kF16: {
+        uint16_t v;
+        std::memcpy(&v, t.data + 2 * i, 2);
+        out[i] = HalfToFloat(v);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+class Loader {
+ public:
+  Loader(const Checkpoint& ckpt, std::string prefix, std::vector<std::vector<uint16_t>>* converted)
+      : ckpt_(ckpt), prefix_(std::move(prefix)), converted_(converted) {}
+
+  absl::StatusOr<const TensorInfo*> Get(const std::string& name, std::vector<int64_t> shape) {
+    std::string full = prefix_ + name;
+    const TensorInfo* t = ckpt_.Find(full);
+    if (t == nullptr) {
+      return absl::NotFoundError(absl::StrCat(ckpt_.dir(), ": tensor ", full, " is missing from the checkpoint"));
+    }
+    if (t->shape != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(t->file, ": tensor ", full, " has shape ", t->ShapeString(),
+                                                     " but the config needs [", absl::StrJoin(shape, ","), "]"));
+    }
+    return t;
+  }
+
+  absl::Status Matrix(const std::string& name, int64_t rows, int64_t cols, Bf16Matrix* out) {
+    auto t = Get(name, {rows, cols});
+    if (!t.ok()) return t.status();
+    out->rows = rows;
+    out->cols = cols;
+    if ((*t)->dtype == DType::kBF16 && reinterpret_cast<uintptr_t>((*t)->data) % 2 == 0) {
+      out->data = reinterpret_cast<const uint16_t*>((*t)->data);
+      return absl::OkStatus();
+    }
+    std::vector<float> f = ToFloat(**t);
+    std::vector<uint16_t>& dst = converted_->emplace_back(f.size());
+    for (size_t i = 0; i < f.size(); ++i) dst[i] = F32ToBf16(f[i]);
+    out->data = dst.data();
+    return absl::OkStatus();
+  }
+
+  absl::Status Vector(const std::string& name, int64_t n, std::vector<float>* out) {
+    auto t = Get(name, {n});
+    if (!t.ok()) return t.status();
+    *out = ToFloat(**t);
+    return absl::OkStatus();
+  }
+
+ private:
+  const Checkpoint& ckpt_;
+  std::string prefix_;
+  std::vector<std::vector<uint16_t>>* converted_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& model_dir,
+                                                                 const ModelConfig& config,
+                                                                 const WeightSelection& sel) {
+  if (sel.layer_begin < 0 || sel.layer_end > config.num_layers || sel.layer_begin > sel.layer_end) {
+    return absl::InvalidArgumentError(absl::StrCat("layer range [", sel.layer_begin, ", ", sel.layer_end,
+                                                   ") is outside the model's ", config.num_layers, " layers"));
+  }
+  std::vector<std::string> needed = NeededNames(config, sel);
+  std::set<std::string, std::less<>> needed_set(needed.begin(), needed.end());
+  auto wanted = [&](std::string_view name) {
+    for (const char* p : kPrefixes) {
+      if (name.rfind(p, 0) == 0 && needed_set.count(name.substr(std::strlen(p)))) return true;
+    }
+    return false;
+  };
+  auto ckpt = Checkpoint::Open(model_dir, wanted);
+  if (!ckpt.ok()) return ckpt.status();
+
+  auto w = std::unique_ptr<ModelWeights>(new ModelWeights());
+  w->config_ = config;
+  w->sel_ = sel;
+  // The unified checkpoint nests the text stack under model.language_model.; text-only ones use model.
+  std::string prefix = kPrefixes[0];
+  if (!needed.empty() && !(*ckpt)->Has(prefix + needed.front()) && (*ckpt)->Has(kPrefixes[1] + needed.front())) {
+    prefix = kPrefixes[1];
+  }
+  Loader ld(**ckpt, prefix, &w->converted_);
+  const int64_t H = config.hidden_size, I = config.intermediate_size;
+  if (sel.embedding || sel.head) {
+    if (auto st = ld.Matrix("embed_tokens.weight", config.vocab_size, H, &w->embed_); !st.ok()) return st;
+  }
+  if (sel.head) {
+    if (auto st = ld.Vector("norm.weight", H, &w->final_norm_); !st.ok()) return st;
+  }
+  for (int l = sel.layer_begin; l < sel.layer_end; ++l) {
+    LayerWeights& L = w->layers_.emplace_back();
+    const int64_t hd = config.HeadDim(l), kv = config.KvHeads(l), nh = config.num_heads;
+    auto n = [&](const char* s) { return LayerName(l, s); };
+    absl::Status st;
+    if (st = ld.Matrix(n("self_attn.q_proj.weight"), nh * hd, H, &L.q_proj); !st.ok()) return st;
+    if (st = ld.Matrix(n("self_attn.k_proj.weight"), kv * hd, H, &L.k_proj); !st.ok()) return st;
+    if (config.HasVProj(l)) {
+      if (st = ld.Matrix(n("self_attn.v_proj.weight"), kv * hd, H, &L.v_proj); !st.ok()) return st;
+    }
+    if (st = ld.Matrix(n("self_attn.o_proj.weight"), H, nh * hd, &L.o_proj); !st.ok()) return st;
+    if (st = ld.Matrix(n("mlp.gate_proj.weight"), I, H, &L.gate_proj); !st.ok()) return st;
+    if (st = ld.Matrix(n("mlp.up_proj.weight"), I, H, &L.up_proj); !st.ok()) return st;
+    if (st = ld.Matrix(n("mlp.down_proj.weight"), H, I, &L.down_proj); !st.ok()) return st;
+    if (st = ld.Vector(n("input_layernorm.weight"), H, &L.input_layernorm); !st.ok()) return st;
+    if (st = ld.Vector(n("post_attention_layernorm.weight"), H, &L.post_attention_layernorm); !st.ok()) return st;
+    if (st = ld.Vector(n("pre_feedforward_layernorm.weight"), H, &L.pre_feedforward_layernorm); !st.ok()) return st;
+    if (st = ld.Vector(n("post_feedforward_layernorm.weight"), H, &L.post_feedforward_layernorm); !st.ok())
+      return st;
+    if (st = ld.Vector(n("self_attn.q_norm.weight"), hd, &L.q_norm); !st.ok()) return st;
+    if (st = ld.Vector(n("self_attn.k_norm.weight"), hd, &L.k_norm); !st.ok()) return st;
+    std::vector<float> scalar;
+    if (st = ld.Vector(n("layer_scalar"), 1, &scalar); !st.ok()) return st;
+    L.layer_scalar = scalar[0];
+  }
+  w->ckpt_ = std::move(*ckpt);
+  return w;
+}
+
+size_t ModelWeights::LayerMatrixBytes(int l) const {
+  const LayerWeights& L = layer(l);
+  size_t b = 0;
+  for (const Bf16Matrix* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
+    if (!m->empty()) b += m->bytes();
+  }
+  return b;
+}
+
+}  // namespace layerpipe

@@ -1,0 +1,70 @@
+// The text-stack weights of a layer range, checked against the config and kept bf16 in the mapping.
+#ifndef LAYERPIPE_ENGINE_WEIGHTS_H_
+#define LAYERPIPE_ENGINE_WEIGHTS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/config.h"
+#include "engine/safetensors.h"
+
+namespace layerpipe {
+
+// A bf16 [rows, cols] row-major matrix (Hugging Face [out, in]; y = x·Wᵀ).
+struct Bf16Matrix {
+  const uint16_t* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  bool empty() const { return data == nullptr; }
+  size_t bytes() const { return static_cast<size_t>(rows * cols) * 2; }
+};
+
+struct LayerWeights {
+  Bf16Matrix q_proj, k_proj, v_proj /* empty on k_eq_v full layers */, o_proj;
+  Bf16Matrix gate_proj, up_proj, down_proj;
+  // Norm gains as stored (used as w, not 1+w), widened to fp32.
+  std::vector<float> input_layernorm, post_attention_layernorm, pre_feedforward_layernorm,
+      post_feedforward_layernorm, q_norm, k_norm;
+  float layer_scalar = 1.0f;
+};
+
+// What a caller wants mapped: layers [begin, end), plus the embedding (first stage) and/or the final
+// norm with the tied head (last stage).
+struct WeightSelection {
+  int layer_begin = 0;
+  int layer_end = 0;
+  bool embedding = false;
+  bool head = false;
+};
+
+class ModelWeights {
+ public:
+  static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const std::string& model_dir, const ModelConfig& config,
+                                                            const WeightSelection& sel);
+
+  const ModelConfig& config() const { return config_; }
+  const WeightSelection& selection() const { return sel_; }
+  // `layer` is the absolute layer index, inside the selection.
+  const LayerWeights& layer(int layer) const { return layers_[layer - sel_.layer_begin]; }
+  const Bf16Matrix& embed_tokens() const { return embed_; }
+  const std::vector<float>& final_norm() const { return final_norm_; }
+  // Bytes of bf16 matrices a decode step streams through (the roofline's numerator).
+  size_t LayerMatrixBytes(int layer) const;
+
+ private:
+  ModelConfig config_;
+  WeightSelection sel_;
+  std::unique_ptr<Checkpoint> ckpt_;
+  std::vector<LayerWeights> layers_;
+  Bf16Matrix embed_;
+  std::vector<float> final_norm_;
+  // Matrices stored as F16/F32 on disk are converted to bf16 here; bf16 ones stay in the mapping.
+  std::vector<std::vector<uint16_t>> converted_;
+};
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_ENGINE_WEIGHTS_H_

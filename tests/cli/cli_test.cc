@@ -1,0 +1,153 @@
+// The layerpipe command end to end: its documented forms work, and bad arguments give a non-zero exit
+// and a message saying what is wrong.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_split.h"
+
+namespace {
+
+struct Result {
+  int code;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string Bin() {
+  const char* b = std::getenv("LAYERPIPE_BIN");
+  return std::string(b ? b : LAYERPIPE_BIN_DIR) + "/layerpipe";
+}
+
+// The real Gemma tokenizer.json (fetched by scripts/fetch_tokenizer.sh).
+std::string TokenizerPath() {
+  const char* t = std::getenv("LAYERPIPE_TOKENIZER");
+  return t ? t : LAYERPIPE_TOKENIZER_PATH;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Result RunCli(const std::string& args) {
+  const std::string dir = ::testing::TempDir();
+  const std::string out = dir + "/cli_out.txt", err = dir + "/cli_err.txt";
+  const std::string cmd = Bin() + " " + args + " >" + out + " 2>" + err + " </dev/null";
+  int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
+}
+
+void ExpectFails(const std::string& args, const std::string& message) {
+  Result r = RunCli(args);
+  EXPECT_NE(r.code, 0) << args;
+  EXPECT_NE(r.err.find(message), std::string::npos) << args << "\nstderr: " << r.err;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = new std::string(::testing::TempDir() + "/cli_model_" + std::to_string(getpid()));
+    std::string flags = " --layers 3 --hidden 64 --intermediate 128 --heads 4 --head-dim 16 --kv-heads 2"
+                        " --global-head-dim 32 --global-kv-heads 1 --window 4 --full-period 3 --seed 3 --max-positions 256";
+    ASSERT_TRUE(std::filesystem::exists(TokenizerPath())) << TokenizerPath() << " is missing";
+    flags += " --tokenizer " + TokenizerPath();
+    Result r = RunCli("make-checkpoint --out " + *model_ + flags);
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*model_);
+    delete model_;
+  }
+  static std::string* model_;
+};
+std::string* CliTest::model_ = nullptr;
+
+TEST_F(CliTest, GenerateWithIdsPrintsIdsOnTheLastLine) {
+  Result r = RunCli("generate --model " + *model_ + " --ids 2,105,300,400 --max-new-tokens 7 --print-ids --stop-ids 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_FALSE(lines.empty());
+  std::vector<std::string> ids = absl::StrSplit(lines.back(), ',');
+  EXPECT_EQ(ids.size(), 7u) << r.out;
+  // Greedy decoding is deterministic: a second run prints the same ids.
+  Result again = RunCli("generate --model " + *model_ + " --ids 2,105,300,400 --max-new-tokens 7 --print-ids --stop-ids 1");
+  EXPECT_EQ(again.out, r.out);
+}
+
+TEST_F(CliTest, SeededSamplingIsReproducible) {
+  const std::string cmd = "generate --model " + *model_ +
+                          " --ids 2,10,20 --max-new-tokens 12 --temperature 1.5 --top-k 40 --top-p 0.9 --print-ids"
+                          " --stop-ids 1 --seed ";
+  Result a = RunCli(cmd + "11"), b = RunCli(cmd + "11"), c = RunCli(cmd + "12");
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out);
+}
+
+TEST_F(CliTest, ScoreWritesAFloat32Npy) {
+  const std::string out = ::testing::TempDir() + "/cli_logits.npy";
+  Result r = RunCli("score --model " + *model_ + " --ids 2,5,6,7,8 --logits-out " + out);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::string npy = Slurp(out);
+  ASSERT_GT(npy.size(), 128u);
+  EXPECT_EQ(npy.substr(0, 6), "\x93NUMPY");
+  EXPECT_NE(npy.find("'descr': '<f4'"), std::string::npos);
+  const std::string vocab = "262144";
+  EXPECT_NE(npy.find("'shape': (5, " + vocab + ")"), std::string::npos) << npy.substr(0, 128);
+  const size_t header = 10 + static_cast<unsigned char>(npy[8]) + 256 * static_cast<unsigned char>(npy[9]);
+  EXPECT_EQ(npy.size(), header + 5 * std::stoul(vocab) * 4);
+}
+
+TEST_F(CliTest, PromptStreamingMatchesTheDecodedIds) {
+  const std::string tok = TokenizerPath();
+  Result r = RunCli("generate --model " + *model_ + " --chat --prompt 'Hello there' --max-new-tokens 10 --print-ids"
+                 " --stop-ids 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  // stdout: streamed text, a newline, then the ids line.
+  const size_t last_nl = r.out.rfind('\n', r.out.size() - 2);
+  ASSERT_NE(last_nl, std::string::npos);
+  const std::string text = r.out.substr(0, last_nl);
+  const std::string ids = r.out.substr(last_nl + 1, r.out.size() - last_nl - 2);
+  Result dec = RunCli("tokenize --tokenizer " + tok + " --skip-special=true --decode " + ids);
+  ASSERT_EQ(dec.code, 0) << dec.err;
+  EXPECT_EQ(text + "\n", dec.out);
+}
+
+TEST_F(CliTest, BadArgumentsGiveAnErrorAndNonZeroExit) {
+  const std::string m = " --model " + *model_;
+  ExpectFails("", "usage");
+  ExpectFails("frobnicate", "unknown command");
+  ExpectFails("generate --ids 2,3 --max-new-tokens 3", "missing required flag --model");
+  ExpectFails("generate" + m + " --ids 2,3", "--max-new-tokens");
+  ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 0", "--max-new-tokens must be positive");
+  ExpectFails("generate" + m + " --ids 2,x --max-new-tokens 3", "\"x\" is not a non-negative token id");
+  ExpectFails("generate" + m + " --ids 2,99999999 --max-new-tokens 3", "outside the vocabulary");
+  ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 3 --temperature -1", "temperature");
+  ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 3 --temperature nan", "--temperature must be a number");
+  ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 3 --top-p 1.5", "top_p");
+  ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 3 --top-k -2", "--top-k");
+  ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 5000", "exceeds the context");
+  ExpectFails("generate" + m + " --ids 2,3 --prompt hi --max-new-tokens 3", "exactly one of --prompt and --ids");
+  ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 3 --bogus 1", "unknown flag --bogus");
+  ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 3 --precision fp16", "--precision must be bf16 or fp32");
+  ExpectFails("generate --model /nonexistent --ids 2,3 --max-new-tokens 3", "/nonexistent/config.json");
+  ExpectFails("score" + m + " --ids 2,3", "--logits-out");
+  ExpectFails("score" + m + " --ids , --logits-out /tmp/x.npy", "--ids has no ids");
+  ExpectFails("make-checkpoint --out /tmp/x --layers many", "--layers must be an integer");
+  ExpectFails("make-checkpoint --out /tmp/x --layers 2 --heads 4 --kv-heads 3", "num_key_value_heads");
+  ExpectFails("make-checkpoint --out /tmp/x --layer-types s,q", "\"q\" is not s(liding) or f(ull)");
+  ExpectFails("tokenize --text hi", "exactly one of --tokenizer and --model");
+  ExpectFails("tokenize --tokenizer /nonexistent.json --text hi", "/nonexistent.json");
+}
+
+}  // namespace

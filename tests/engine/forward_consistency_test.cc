@@ -1,0 +1,174 @@
+// The forward pass gives bit-identical results whatever the chunking, batching or layer split — the
+// property pipelining, continuous batching and replay after a fault rely on.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "engine/engine.h"
+#include "tests/engine/test_util.h"
+
+namespace layerpipe {
+namespace {
+
+std::vector<int32_t> RandomIds(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids{2};
+  while (static_cast<int>(ids.size()) < n) ids.push_back(3 + static_cast<int32_t>(rng() % (vocab - 3)));
+  return ids;
+}
+
+bool BitEqual(const std::vector<float>& a, const float* b) {
+  return std::memcmp(a.data(), b, a.size() * sizeof(float)) == 0;
+}
+
+class ForwardConsistencyTest : public ::testing::TestWithParam<Precision> {
+ protected:
+  static void SetUpTestSuite() { dir_ = new std::string(testing_util::MakeCheckpoint("fwd", testing_util::SmallModel())); }
+  static void TearDownTestSuite() { delete dir_; }
+
+  std::unique_ptr<Engine> Load(int64_t chunk) {
+    EngineOptions o;
+    o.precision = GetParam();
+    o.prefill_chunk = chunk;
+    auto e = Engine::Load(*dir_, o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return std::move(*e);
+  }
+  static std::string* dir_;
+};
+std::string* ForwardConsistencyTest::dir_ = nullptr;
+
+TEST_P(ForwardConsistencyTest, ChunkSizesGiveIdenticalLogits) {
+  const auto ids = RandomIds(23, 300, 1);
+  auto whole = Load(1000)->Score(ids);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  for (int64_t chunk : {1, 2, 5, 7, 16}) {
+    auto chunked = Load(chunk)->Score(ids);
+    ASSERT_TRUE(chunked.ok()) << chunked.status();
+    EXPECT_TRUE(BitEqual(*whole, chunked->data())) << "chunk size " << chunk;
+  }
+}
+
+TEST_P(ForwardConsistencyTest, PrefillEqualsTokenByTokenDecode) {
+  auto engine = Load(512);
+  const auto ids = RandomIds(20, 300, 2);
+  auto all = engine->Score(ids);
+  ASSERT_TRUE(all.ok());
+  auto kv = engine->NewSequence();
+  const int64_t V = engine->config().vocab_size;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    StepInput in{kv.get(), absl::MakeConstSpan(&ids[i], 1)};
+    auto logits = engine->Step({&in, 1});
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    EXPECT_TRUE(BitEqual((*logits)[0], all->data() + i * V)) << "position " << i;
+  }
+}
+
+TEST_P(ForwardConsistencyTest, BatchedSequencesEqualSingleOnes) {
+  auto engine = Load(4);
+  const int64_t V = engine->config().vocab_size;
+  // Three sequences at different positions: prompts of different lengths, then joint decode steps.
+  std::vector<std::vector<int32_t>> prompts = {RandomIds(9, 300, 3), RandomIds(14, 300, 4), RandomIds(3, 300, 5)};
+  std::vector<int32_t> next = {17, 42, 99};
+  std::vector<std::unique_ptr<SequenceKv>> kvs;
+  std::vector<StepInput> inputs;
+  for (auto& p : prompts) {
+    kvs.push_back(engine->NewSequence());
+    inputs.push_back({kvs.back().get(), p});
+  }
+  auto batched_prefill = engine->Step(inputs);
+  ASSERT_TRUE(batched_prefill.ok()) << batched_prefill.status();
+  std::vector<StepInput> decode;
+  for (size_t i = 0; i < kvs.size(); ++i) decode.push_back({kvs[i].get(), absl::MakeConstSpan(&next[i], 1)});
+  auto batched_decode = engine->Step(decode);
+  ASSERT_TRUE(batched_decode.ok());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t> full = prompts[i];
+    full.push_back(next[i]);
+    auto single = engine->Score(full);
+    ASSERT_TRUE(single.ok());
+    EXPECT_TRUE(BitEqual((*batched_prefill)[i], single->data() + (prompts[i].size() - 1) * V)) << "seq " << i;
+    EXPECT_TRUE(BitEqual((*batched_decode)[i], single->data() + prompts[i].size() * V)) << "seq " << i;
+  }
+}
+
+TEST_P(ForwardConsistencyTest, LayerRangeSplitsEqualTheWholeRange) {
+  auto config = LoadModelConfig(*dir_);
+  ASSERT_TRUE(config.ok());
+  const int L = config->num_layers;
+  const int64_t H = config->hidden_size, V = config->vocab_size;
+  ThreadPool pool(2);
+  auto whole_w = ModelWeights::Load(*dir_, *config, {0, L, true, true});
+  ASSERT_TRUE(whole_w.ok()) << whole_w.status();
+  LayerRangeExecutor whole(**whole_w, GetParam(), pool);
+  const auto ids = RandomIds(15, 300, 6);
+  std::vector<float> h_whole(ids.size() * H);
+  ASSERT_TRUE(whole.Embed(ids, h_whole.data()).ok());
+  auto kv = whole.NewSequence();
+  SequenceSlice s{kv.get(), static_cast<int64_t>(ids.size())};
+  ASSERT_TRUE(whole.Forward({&s, 1}, h_whole.data()).ok());
+  std::vector<float> logits_whole(ids.size() * V);
+  whole.Logits(h_whole.data(), ids.size(), logits_whole.data());
+
+  // Every split point, including a stage that holds the single full layer (2) alone.
+  for (std::vector<int> cuts : std::vector<std::vector<int>>{{1}, {2}, {3}, {4}, {2, 3}, {1, 2, 3, 4}}) {
+    cuts.insert(cuts.begin(), 0);
+    cuts.push_back(L);
+    std::vector<float> h(ids.size() * H);
+    for (size_t st = 0; st + 1 < cuts.size(); ++st) {
+      const bool first = st == 0, last = st + 2 == cuts.size();
+      auto w = ModelWeights::Load(*dir_, *config, {cuts[st], cuts[st + 1], first, last});
+      ASSERT_TRUE(w.ok()) << w.status();
+      LayerRangeExecutor ex(**w, GetParam(), pool);
+      if (first) ASSERT_TRUE(ex.Embed(ids, h.data()).ok());
+      auto stage_kv = ex.NewSequence();
+      SequenceSlice slice{stage_kv.get(), static_cast<int64_t>(ids.size())};
+      ASSERT_TRUE(ex.Forward({&slice, 1}, h.data()).ok());
+      if (last) {
+        std::vector<float> logits(ids.size() * V);
+        ex.Logits(h.data(), ids.size(), logits.data());
+        EXPECT_TRUE(BitEqual(logits_whole, logits.data())) << "split with " << cuts.size() - 1 << " stages";
+      }
+    }
+  }
+}
+
+TEST_P(ForwardConsistencyTest, ThreadCountDoesNotChangeResults) {
+  const auto ids = RandomIds(12, 300, 8);
+  EngineOptions o;
+  o.precision = GetParam();
+  o.threads = 1;
+  auto one = Engine::Load(*dir_, o);
+  ASSERT_TRUE(one.ok());
+  o.threads = 3;
+  auto three = Engine::Load(*dir_, o);
+  ASSERT_TRUE(three.ok());
+  auto a = (*one)->Score(ids);
+  auto b = (*three)->Score(ids);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(BitEqual(*a, b->data()));
+}
+
+TEST_P(ForwardConsistencyTest, BadInputsAreRejectedWithoutSideEffects) {
+  auto engine = Load(512);
+  auto kv = engine->NewSequence();
+  std::vector<int32_t> bad = {2, 5, 300};
+  StepInput in{kv.get(), bad};
+  auto r = engine->Step({&in, 1});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("token id 300"), std::string::npos) << r.status();
+  EXPECT_EQ(kv->length(), 0);
+  std::vector<int32_t> empty;
+  StepInput none{kv.get(), empty};
+  EXPECT_FALSE(engine->Step({&none, 1}).ok());
+  std::vector<int32_t> neg = {2, -1};
+  EXPECT_FALSE(engine->Score(neg).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, ForwardConsistencyTest,
+                         ::testing::Values(Precision::kFp32, Precision::kBf16),
+                         [](const auto& info) { return info.param == Precision::kFp32 ? "fp32" : "bf16"; });
+
+}  // namespace
+}  // namespace layerpipe

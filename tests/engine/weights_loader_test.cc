@@ -1,0 +1,173 @@
+// Loader error handling: every broken checkpoint gives an error naming the file and the tensor.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/cpu/bf16.h"
+#include "engine/engine.h"
+#include "engine/safetensors.h"
+#include "engine/weights.h"
+#include "tests/engine/test_util.h"
+
+namespace layerpipe {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Copies every tensor of `path` into blobs, letting `edit` change or drop them (return false to drop).
+void Rewrite(const std::string& path, const std::function<bool(TensorBlob&)>& edit) {
+  std::vector<TensorBlob> blobs;
+  {
+    auto f = SafetensorsFile::Open(path);
+    ASSERT_TRUE(f.ok()) << f.status();
+    for (const auto& [name, t] : (*f)->tensors()) {
+      TensorBlob b{name, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)};
+      if (edit(b)) blobs.push_back(std::move(b));
+    }
+  }
+  std::vector<const TensorBlob*> ptrs;
+  for (const auto& b : blobs) ptrs.push_back(&b);
+  ASSERT_TRUE(WriteSafetensors(path, ptrs).ok());
+}
+
+absl::Status LoadAll(const std::string& dir) {
+  auto c = LoadModelConfig(dir);
+  if (!c.ok()) return c.status();
+  return ModelWeights::Load(dir, *c, {0, c->num_layers, true, true}).status();
+}
+
+void ExpectMentions(const absl::Status& st, std::initializer_list<std::string> needles) {
+  ASSERT_FALSE(st.ok());
+  for (const std::string& n : needles) {
+    EXPECT_NE(std::string(st.message()).find(n), std::string::npos) << "'" << n << "' not in: " << st;
+  }
+}
+
+RandomCheckpointOptions SingleFile() {
+  auto o = testing_util::SmallModel();
+  o.shards = 1;
+  return o;
+}
+
+TEST(WeightsLoaderTest, LoadsShardedAndSingleFileCheckpoints) {
+  EXPECT_TRUE(LoadAll(testing_util::MakeCheckpoint("sharded", testing_util::SmallModel())).ok());
+  const std::string single = testing_util::MakeCheckpoint("single", SingleFile());
+  EXPECT_TRUE(fs::exists(single + "/model.safetensors"));
+  EXPECT_FALSE(fs::exists(single + "/model.safetensors.index.json"));
+  EXPECT_TRUE(LoadAll(single).ok());
+  auto flat = testing_util::SmallModel();
+  flat.flat_config = true;
+  EXPECT_TRUE(LoadAll(testing_util::MakeCheckpoint("flat", flat)).ok());
+}
+
+TEST(WeightsLoaderTest, LayerRangeOpensOnlyItsShards) {
+  auto o = testing_util::SmallModel();
+  o.shards = o.layers + 1;  // shard 1 = embedding, shard i+2 = layer i
+  const std::string dir = testing_util::MakeCheckpoint("ranges", o);
+  auto c = LoadModelConfig(dir);
+  ASSERT_TRUE(c.ok());
+  // Remove the shards of the embedding and of layer 0: a middle stage does not need them.
+  fs::remove(dir + "/model-00001-of-00006.safetensors");
+  fs::remove(dir + "/model-00002-of-00006.safetensors");
+  auto mid = ModelWeights::Load(dir, *c, {2, 4, false, false});
+  EXPECT_TRUE(mid.ok()) << mid.status();
+  ExpectMentions(ModelWeights::Load(dir, *c, {0, 2, false, false}).status(), {"model-00002-of-00006.safetensors"});
+  ExpectMentions(ModelWeights::Load(dir, *c, {4, 5, false, true}).status(), {"model-00001-of-00006.safetensors"});
+}
+
+TEST(WeightsLoaderTest, TruncatedFileNamesFileAndTensor) {
+  const std::string dir = testing_util::MakeCheckpoint("trunc", SingleFile());
+  const std::string path = dir + "/model.safetensors";
+  fs::resize_file(path, fs::file_size(path) - 100);
+  ExpectMentions(LoadAll(dir), {path, "tensor "});
+  fs::resize_file(path, 5);
+  ExpectMentions(LoadAll(dir), {path, "truncated"});
+}
+
+TEST(WeightsLoaderTest, CorruptHeaderIsAnError) {
+  const std::string dir = testing_util::MakeCheckpoint("corrupt", SingleFile());
+  const std::string path = dir + "/model.safetensors";
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8);
+    f.write("#garbage#", 9);
+  }
+  ExpectMentions(LoadAll(dir), {path, "JSON"});
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    const uint64_t huge = uint64_t{1} << 40;
+    f.write(reinterpret_cast<const char*>(&huge), 8);
+  }
+  ExpectMentions(LoadAll(dir), {path, "header length"});
+}
+
+TEST(WeightsLoaderTest, MissingTensorIsNamed) {
+  const std::string dir = testing_util::MakeCheckpoint("missing", SingleFile());
+  Rewrite(dir + "/model.safetensors",
+          [](TensorBlob& b) { return b.name != "model.language_model.layers.3.mlp.up_proj.weight"; });
+  ExpectMentions(LoadAll(dir), {"model.language_model.layers.3.mlp.up_proj.weight", "missing"});
+}
+
+TEST(WeightsLoaderTest, MisshapenTensorIsNamed) {
+  const std::string dir = testing_util::MakeCheckpoint("shape", SingleFile());
+  Rewrite(dir + "/model.safetensors", [](TensorBlob& b) {
+    if (b.name == "model.language_model.layers.1.self_attn.k_proj.weight") b.shape = {b.shape[1], b.shape[0]};
+    return true;
+  });
+  ExpectMentions(LoadAll(dir), {"model.language_model.layers.1.self_attn.k_proj.weight", "[96,64]", "[64,96]"});
+}
+
+TEST(WeightsLoaderTest, IndexPointingToAMissingShardIsAnError) {
+  const std::string dir = testing_util::MakeCheckpoint("noshard", testing_util::SmallModel());
+  fs::remove(dir + "/model-00002-of-00002.safetensors");
+  ExpectMentions(LoadAll(dir), {"model-00002-of-00002.safetensors"});
+}
+
+// F32 and F16 tensors load; values exactly representable in bf16 give bit-identical logits.
+TEST(WeightsLoaderTest, F32AndF16TensorsGiveTheSameResults) {
+  const std::string ref_dir = testing_util::MakeCheckpoint("dtype_ref", SingleFile());
+  const std::string dir = testing_util::MakeCheckpoint("dtype", SingleFile());
+  int n = 0;
+  Rewrite(dir + "/model.safetensors", [&](TensorBlob& b) {
+    const size_t count = b.bytes.size() / 2;
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(b.bytes.data());
+    std::vector<uint8_t> out;
+    if (n++ % 2 == 0) {
+      out.resize(count * 4);
+      for (size_t i = 0; i < count; ++i) {
+        float f = Bf16ToF32(src[i]);
+        std::memcpy(out.data() + 4 * i, &f, 4);
+      }
+      b.dtype = DType::kF32;
+    } else {
+      // bf16 values with small exponents are exact in f16 only sometimes; norms/scalars near 1 are.
+      if (b.shape.size() != 1) return true;
+      out.resize(count * 2);
+      for (size_t i = 0; i < count; ++i) {
+        uint16_t h = _cvtss_sh(Bf16ToF32(src[i]), 0);
+        std::memcpy(out.data() + 2 * i, &h, 2);
+      }
+      b.dtype = DType::kF16;
+    }
+    b.bytes = std::move(out);
+    return true;
+  });
+  std::vector<int32_t> ids = {2, 10, 20, 30, 40, 50, 60, 70};
+  auto a = Engine::Load(ref_dir, {});
+  auto b = Engine::Load(dir, {});
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status();
+  auto la = (*a)->Score(ids);
+  auto lb = (*b)->Score(ids);
+  ASSERT_TRUE(la.ok() && lb.ok());
+  EXPECT_EQ(0, std::memcmp(la->data(), lb->data(), la->size() * 4));
+}
+
+TEST(WeightsLoaderTest, MissingConfigIsNamed) {
+  const std::string dir = testing_util::TempDir("noconfig");
+  ExpectMentions(LoadAll(dir), {dir + "/config.json"});
+}
+
+}  // namespace
+}  // namespace layerpipe

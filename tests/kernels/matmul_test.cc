@@ -1,0 +1,268 @@
+#include "engine/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/bf16.h"
+
+namespace layerpipe {
+namespace {
+
+// The kernels this machine can run, for the bf16-x mode (fp32 mode always runs AVX2).
+std::vector<MatmulIsa> RunnableIsas() {
+  std::vector<MatmulIsa> isas = {MatmulIsa::kAvx2};
+  if (CpuSupportsAvx512Bf16()) isas.push_back(MatmulIsa::kAvx512Bf16);
+  return isas;
+}
+
+struct Problem {
+  int64_t m, k, n;
+  std::vector<float> x;
+  std::vector<uint16_t> w;
+};
+
+Problem MakeProblem(int64_t m, int64_t k, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> xd(0.0f, 1.0f), wd(0.0f, 0.05f);
+  Problem p{m, k, n, std::vector<float>(m * k), std::vector<uint16_t>(n * k)};
+  for (float& v : p.x) v = xd(rng);
+  for (uint16_t& v : p.w) v = F32ToBf16(wd(rng));
+  return p;
+}
+
+std::vector<float> Compute(MatmulIsa isa, const Problem& p, ThreadPool& pool, bool x_as_bf16) {
+  std::vector<float> y(p.m * p.n, std::nanf(""));
+  MatmulBf16WithIsa(isa, p.x.data(), p.m, p.k, p.w.data(), p.n, y.data(), pool, x_as_bf16);
+  return y;
+}
+
+// Compares with a float64 reference under a rigorous bound for fp32 accumulation: every kernel sums
+// each output as at most k/8 + 4 sequential roundings, each off by <= 2^-24 of the running |sum|.
+void ExpectMatchesReference(const Problem& p, const std::vector<float>& y, bool x_as_bf16,
+                            const std::string& what) {
+  const double unit = std::ldexp(1.0, -24);
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < p.n; ++j) {
+      double sum = 0, abs_sum = 0;
+      for (int64_t q = 0; q < p.k; ++q) {
+        const float xv = x_as_bf16 ? RoundToBf16(p.x[i * p.k + q]) : p.x[i * p.k + q];
+        const double prod = static_cast<double>(xv) * Bf16ToF32(p.w[j * p.k + q]);
+        sum += prod;
+        abs_sum += std::fabs(prod);
+      }
+      const double tol = (static_cast<double>(p.k) / 8 + 4) * unit * abs_sum + 1e-30;
+      ASSERT_LE(std::fabs(y[i * p.n + j] - sum), tol)
+          << what << " m=" << p.m << " k=" << p.k << " n=" << p.n << " at (" << i << ", " << j << ")";
+    }
+  }
+}
+
+std::string Label(MatmulIsa isa, bool x_as_bf16) {
+  return std::string(MatmulIsaName(isa)) + (x_as_bf16 ? " bf16-x" : " fp32-x");
+}
+
+TEST(MatmulTest, MatchesFloat64Reference) {
+  ThreadPool pool(2);
+  const int64_t ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 31, 64, 100, 300};
+  const int64_t ks[] = {96, 160, 256, 3840};
+  const int64_t ns[] = {1, 5, 37, 101};
+  uint32_t seed = 1;
+  for (int64_t k : ks) {
+    for (int64_t m : ms) {
+      for (int64_t n : ns) {
+        if (k == 3840 && m * n > 3000) continue;  // keeps the float64 reference quick
+        const Problem p = MakeProblem(m, k, n, seed++);
+        for (MatmulIsa isa : RunnableIsas()) {
+          for (bool x_as_bf16 : {true, false}) {
+            ExpectMatchesReference(p, Compute(isa, p, pool, x_as_bf16), x_as_bf16, Label(isa, x_as_bf16));
+          }
+        }
+      }
+    }
+  }
+  // The large case the skip above leaves out: many rows and columns with the production k.
+  const Problem big = MakeProblem(300, 3840, 67, 99);
+  for (MatmulIsa isa : RunnableIsas()) {
+    for (bool x_as_bf16 : {true, false}) {
+      ExpectMatchesReference(big, Compute(isa, big, pool, x_as_bf16), x_as_bf16, Label(isa, x_as_bf16));
+    }
+  }
+}
+
+TEST(MatmulTest, HandlesKNotAMultipleOfTheVectorWidth) {
+  ThreadPool pool(2);
+  for (int64_t k : {1, 7, 9, 31, 33, 100, 300, 1000}) {
+    for (int64_t m : {1, 6, 20, 70}) {
+      const Problem p = MakeProblem(m, k, 29, static_cast<uint32_t>(k * 100 + m));
+      for (MatmulIsa isa : RunnableIsas()) {
+        for (bool x_as_bf16 : {true, false}) {
+          ExpectMatchesReference(p, Compute(isa, p, pool, x_as_bf16), x_as_bf16, Label(isa, x_as_bf16));
+        }
+      }
+    }
+  }
+}
+
+TEST(MatmulTest, DegenerateShapes) {
+  ThreadPool pool(2);
+  std::vector<float> y(6, 5.0f);
+  const std::vector<float> x(6, 1.0f);
+  const std::vector<uint16_t> w(6, F32ToBf16(1.0f));
+  MatmulBf16(x.data(), 2, 0, w.data(), 3, y.data(), pool, true);
+  for (float v : y) EXPECT_EQ(v, 0.0f);  // k = 0: empty sums
+  y.assign(6, 5.0f);
+  MatmulBf16(x.data(), 0, 3, w.data(), 2, y.data(), pool, true);
+  MatmulBf16(x.data(), 2, 3, w.data(), 0, y.data(), pool, true);
+  for (float v : y) EXPECT_EQ(v, 5.0f);  // nothing to write
+}
+
+TEST(MatmulTest, Bf16ModeRoundsXAndFp32ModeDoesNot) {
+  ThreadPool pool(1);
+  // x = 1 + 2^-10 is not a bf16 value; it rounds to 1.
+  const int64_t k = 32;
+  std::vector<float> x(k, 0.0f);
+  x[0] = 1.0f + 0x1p-10f;
+  std::vector<uint16_t> w(k, 0);
+  w[0] = F32ToBf16(1.0f);
+  float y = 0;
+  for (MatmulIsa isa : RunnableIsas()) {
+    MatmulBf16WithIsa(isa, x.data(), 1, k, w.data(), 1, &y, pool, /*x_as_bf16=*/true);
+    EXPECT_EQ(y, 1.0f) << MatmulIsaName(isa);
+    MatmulBf16WithIsa(isa, x.data(), 1, k, w.data(), 1, &y, pool, /*x_as_bf16=*/false);
+    EXPECT_EQ(y, 1.0f + 0x1p-10f) << MatmulIsaName(isa);
+  }
+}
+
+// The AVX2 kernel's documented order, spelled out in scalar code: lane l accumulates q ≡ l (mod 8)
+// with fused multiply-adds in increasing q (zero padding past k), then ((l0+l4)+(l2+l6)) +
+// ((l1+l5)+(l3+l7)).
+float Avx2OrderDot(const float* x, const uint16_t* w, int64_t k) {
+  float lane[8] = {};
+  for (int64_t q0 = 0; q0 < k; q0 += 8) {
+    for (int l = 0; l < 8; ++l) {
+      const int64_t q = q0 + l;
+      const float xv = q < k ? x[q] : 0.0f;
+      const float wv = q < k ? Bf16ToF32(w[q]) : 0.0f;
+      lane[l] = std::fma(xv, wv, lane[l]);
+    }
+  }
+  float s[4];
+  for (int l = 0; l < 4; ++l) s[l] = lane[l] + lane[l + 4];
+  const float t0 = s[0] + s[2], t1 = s[1] + s[3];
+  return t0 + t1;
+}
+
+TEST(MatmulTest, Avx2KernelFollowsItsDocumentedReductionOrder) {
+  ThreadPool pool(2);
+  for (int64_t k : {96, 100, 2050, 3840}) {
+    for (int64_t m : {1, 5, 40, 80}) {
+      const Problem p = MakeProblem(m, k, 31, static_cast<uint32_t>(k + m));
+      for (bool x_as_bf16 : {true, false}) {
+        const std::vector<float> y = Compute(MatmulIsa::kAvx2, p, pool, x_as_bf16);
+        std::vector<float> xr(p.x);
+        if (x_as_bf16) RoundRowToBf16(xr.data(), xr.data(), static_cast<int64_t>(xr.size()));
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < p.n; ++j) {
+            const float expected = Avx2OrderDot(xr.data() + i * k, p.w.data() + j * k, k);
+            ASSERT_EQ(std::bit_cast<uint32_t>(y[i * p.n + j]), std::bit_cast<uint32_t>(expected))
+                << "k=" << k << " m=" << m << " (" << i << ", " << j << ") x_as_bf16=" << x_as_bf16;
+          }
+        }
+      }
+    }
+  }
+}
+
+bool SameBits(const float* a, const float* b, int64_t count) {
+  return std::memcmp(a, b, count * sizeof(float)) == 0;
+}
+
+// Every row of a big batch equals the same row computed alone (m = 1), and the same row placed at
+// various positions among unrelated rows of batches of various sizes (decode and prefill kernels).
+TEST(MatmulTest, RowResultsIndependentOfBatchCompositionAndPosition) {
+  ThreadPool pool(2);
+  for (int64_t k : {96, 160, 3840}) {
+    const int64_t n = 53;
+    const Problem full = MakeProblem(300, k, n, static_cast<uint32_t>(k));
+    for (MatmulIsa isa : RunnableIsas()) {
+      for (bool x_as_bf16 : {true, false}) {
+        const std::vector<float> y_full = Compute(isa, full, pool, x_as_bf16);
+        for (int64_t i = 0; i < full.m; i += (k == 3840 ? 23 : 7)) {
+          Problem one{1, k, n, std::vector<float>(full.x.begin() + i * k, full.x.begin() + (i + 1) * k), full.w};
+          const std::vector<float> y_one = Compute(isa, one, pool, x_as_bf16);
+          ASSERT_TRUE(SameBits(y_one.data(), y_full.data() + i * n, n))
+              << Label(isa, x_as_bf16) << " k=" << k << " row " << i << " alone vs in a batch of 300";
+        }
+        // Row 17 of `full` placed at several positions inside other batches.
+        const int64_t target = 17;
+        for (int64_t batch : {2, 5, 8, 9, 13, 64, 129}) {
+          for (int64_t pos : {int64_t{0}, batch / 2, batch - 1}) {
+            Problem mixed = MakeProblem(batch, k, n, static_cast<uint32_t>(batch * 1000 + pos));
+            mixed.w = full.w;
+            std::copy(full.x.begin() + target * k, full.x.begin() + (target + 1) * k, mixed.x.begin() + pos * k);
+            const std::vector<float> y = Compute(isa, mixed, pool, x_as_bf16);
+            ASSERT_TRUE(SameBits(y.data() + pos * n, y_full.data() + target * n, n))
+                << Label(isa, x_as_bf16) << " k=" << k << " batch " << batch << " position " << pos;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MatmulTest, ResultsIndependentOfThreadCount) {
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  for (int t : {1, 2, 3, 5}) pools.push_back(std::make_unique<ThreadPool>(t));
+  for (int64_t m : {1, 4, 8, 33, 200}) {
+    for (int64_t n : {7, 101, 1000}) {
+      const Problem p = MakeProblem(m, 3840, n, static_cast<uint32_t>(m * 7 + n));
+      for (MatmulIsa isa : RunnableIsas()) {
+        for (bool x_as_bf16 : {true, false}) {
+          const std::vector<float> y1 = Compute(isa, p, *pools[0], x_as_bf16);
+          for (size_t t = 1; t < pools.size(); ++t) {
+            ASSERT_TRUE(SameBits(Compute(isa, p, *pools[t], x_as_bf16).data(), y1.data(), m * n))
+                << Label(isa, x_as_bf16) << " m=" << m << " n=" << n << " threads=" << pools[t]->size();
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MatmulTest, F32WeightsMatchBf16WeightsWithTheSameValues) {
+  ThreadPool pool(2);
+  for (int64_t m : {1, 3, 50, 90}) {
+    for (int64_t k : {96, 3840, 99}) {
+      const Problem p = MakeProblem(m, k, 41, static_cast<uint32_t>(m + k));
+      std::vector<float> w32(p.w.size());
+      Bf16ToF32Row(p.w.data(), w32.data(), static_cast<int64_t>(w32.size()));
+      std::vector<float> y32(m * p.n);
+      MatmulF32(p.x.data(), m, k, w32.data(), p.n, y32.data(), pool);
+      // Same arithmetic as the fp32-x mode of the bf16 kernel, so the bits agree.
+      const std::vector<float> y16 = Compute(MatmulIsa::kAvx2, p, pool, /*x_as_bf16=*/false);
+      ASSERT_TRUE(SameBits(y32.data(), y16.data(), m * p.n)) << "m=" << m << " k=" << k;
+    }
+  }
+}
+
+TEST(MatmulTest, ActiveIsaIsRunnable) {
+  const MatmulIsa isa = ActiveMatmulIsa();
+  if (isa == MatmulIsa::kAvx512Bf16) {
+    EXPECT_TRUE(CpuSupportsAvx512Bf16());
+  }
+  const Problem p = MakeProblem(3, 256, 9, 5);
+  std::vector<float> y(27);
+  MatmulBf16(p.x.data(), 3, 256, p.w.data(), 9, y.data(), DefaultThreadPool(), true);
+  ExpectMatchesReference(p, y, true, std::string(MatmulIsaName(isa)));
+}
+
+}  // namespace
+}  // namespace layerpipe
