@@ -147,31 +147,40 @@ void LayerRangeExecutor::RunLayer(int l, absl::Span<const SequenceSlice> slices,
     }
   });
 
-  // One attention task per (slice, head, block of query rows).
+  // One attention task per (slice, GQA group part, block of query rows). A task reads its group's keys
+  // once for all its heads; groups are split only as far as needed to keep every thread busy.
   std::vector<AttentionChunk> chunks;
   struct Task {
-    int chunk, head;
+    int chunk, head_begin, head_end;
     int64_t row_begin, row_end;
   };
   std::vector<Task> tasks;
+  const int group = nh / kvh;
+  int64_t row_blocks = 0;
+  for (const SequenceSlice& s : slices) row_blocks += (s.n + kAttentionRowsPerTask - 1) / kAttentionRowsPerTask;
+  const int64_t want_parts = (pool_.size() + kvh * row_blocks - 1) / (kvh * row_blocks);
+  const int parts = static_cast<int>(std::clamp<int64_t>(want_parts, 1, group));
   int64_t row0 = 0;
   for (const SequenceSlice& s : slices) {
     chunks.push_back(AttentionChunk{&s.kv->layer(l), precision_, s.kv->length(), s.n,
                                     full ? 0 : cfg_.sliding_window, q_.data() + row0 * qw, qw,
                                     k_.data() + row0 * kw, v_.data() + row0 * kw, kw, attn_.data() + row0 * qw, qw});
-    for (int head = 0; head < nh; ++head) {
-      for (int64_t rb = 0; rb < s.n; rb += kAttentionRowsPerTask) {
-        tasks.push_back({static_cast<int>(chunks.size() - 1), head, rb, std::min(s.n, rb + kAttentionRowsPerTask)});
+    for (int kv = 0; kv < kvh; ++kv) {
+      for (int part = 0; part < parts; ++part) {
+        const int h0 = kv * group + group * part / parts, h1 = kv * group + group * (part + 1) / parts;
+        for (int64_t rb = 0; rb < s.n; rb += kAttentionRowsPerTask) {
+          tasks.push_back({static_cast<int>(chunks.size() - 1), h0, h1, rb, std::min(s.n, rb + kAttentionRowsPerTask)});
+        }
       }
     }
     row0 += s.n;
   }
-  const int group = nh / kvh;
   pool_.ParallelFor(static_cast<int64_t>(tasks.size()), [&](int64_t b, int64_t e) {
     thread_local std::vector<float> scores;
     for (int64_t t = b; t < e; ++t) {
       const Task& task = tasks[t];
-      AttendHead(chunks[task.chunk], task.head, task.head / group, hd, task.row_begin, task.row_end, scores);
+      AttendHeads(chunks[task.chunk], task.head_begin, task.head_end, task.head_begin / group, hd, task.row_begin,
+                  task.row_end, scores);
     }
   });
   for (const AttentionChunk& c : chunks) StoreChunk(c);

@@ -29,10 +29,12 @@ struct AttentionChunk {
   int64_t out_stride;
 };
 
-// Rows [row_begin, row_end) of one query head; kv_head is the head its GQA group reads. Keys are
-// visited in position order whatever the chunking, so results are independent of chunk size.
-void AttendHead(const AttentionChunk& c, int head, int kv_head, int head_dim, int64_t row_begin, int64_t row_end,
-                std::vector<float>& scores);
+// Rows [row_begin, row_end) of the query heads [head_begin, head_end), which must all read kv_head
+// (one GQA group or part of one): each cached key and value row is read once for all of them. Keys are
+// visited in position order whatever the chunking, so results are independent of chunk size and of how
+// heads are grouped into calls.
+void AttendHeads(const AttentionChunk& c, int head_begin, int head_end, int kv_head, int head_dim,
+                 int64_t row_begin, int64_t row_end, std::vector<float>& scores);
 
 // Copies the chunk's keys and values into the cache (only those a ring will still hold).
 void StoreChunk(const AttentionChunk& c);
