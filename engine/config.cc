@@ -36,8 +36,7 @@ absl::Status GetDouble(const json& j, const char* key, double* out, const std::s
   return absl::OkStatus();
 }
 
-absl::Status ParseRopeEntry(const json& j, const std::string& key, bool full, RopeConfig* rope,
-                            const std::string& src) {
+absl::Status ParseRopeEntry(const json& j, const std::string& key, RopeConfig* rope, const std::string& src) {
   if (!j.is_object()) return Err(src, absl::StrCat("\"", key, "\" must be an object"));
   std::string type = j.value("rope_type", std::string("default"));
   if (auto st = GetDouble(j, "rope_theta", &rope->theta, src); !st.ok()) return st;
@@ -49,7 +48,6 @@ absl::Status ParseRopeEntry(const json& j, const std::string& key, bool full, Ro
   if (type == "default" && rope->partial_rotary_factor != 1.0) {
     return Err(src, absl::StrCat("\"", key, ".partial_rotary_factor\" requires rope_type \"proportional\""));
   }
-  (void)full;
   return absl::OkStatus();
 }
 
@@ -61,13 +59,13 @@ absl::Status ParseRope(const json& tc, ModelConfig* c, const std::string& src) {
     const json& rp = *it;
     if (rp.contains("sliding_attention") || rp.contains("full_attention")) {
       if (rp.contains("sliding_attention")) {
-        if (auto st = ParseRopeEntry(rp["sliding_attention"], "rope_parameters.sliding_attention", false,
+        if (auto st = ParseRopeEntry(rp["sliding_attention"], "rope_parameters.sliding_attention",
                                      &c->rope_sliding, src);
             !st.ok())
           return st;
       }
       if (rp.contains("full_attention")) {
-        if (auto st = ParseRopeEntry(rp["full_attention"], "rope_parameters.full_attention", true,
+        if (auto st = ParseRopeEntry(rp["full_attention"], "rope_parameters.full_attention",
                                      &c->rope_full, src);
             !st.ok())
           return st;
@@ -75,7 +73,7 @@ absl::Status ParseRope(const json& tc, ModelConfig* c, const std::string& src) {
       return absl::OkStatus();
     }
     // A single entry applies to the full layers; sliding layers keep their local base below.
-    if (auto st = ParseRopeEntry(rp, "rope_parameters", true, &c->rope_full, src); !st.ok()) return st;
+    if (auto st = ParseRopeEntry(rp, "rope_parameters", &c->rope_full, src); !st.ok()) return st;
   } else {
     if (auto st = GetDouble(tc, "rope_theta", &c->rope_full.theta, src); !st.ok()) return st;
     if (auto st = GetDouble(tc, "partial_rotary_factor", &c->rope_full.partial_rotary_factor, src); !st.ok())

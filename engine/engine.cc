@@ -58,15 +58,23 @@ absl::StatusOr<std::vector<std::vector<float>>> Engine::Step(absl::Span<const St
     hidden.resize(ids.size() * H);
     if (auto st = executor_->Embed(ids, hidden.data()); !st.ok()) return st;
     if (auto st = executor_->Forward(slices, hidden.data()); !st.ok()) return st;
+    // The head streams the whole embedding matrix, so the rows that need logits go through it together.
+    std::vector<float> last_rows;
+    std::vector<size_t> finished;
     int64_t row = 0;
     for (size_t s = 0; s < slices.size(); ++s) {
       const size_t i = which[s];
       row += slices[s].n;
       done[i] += slices[s].n;
       if (done[i] == inputs[i].ids.size()) {
-        logits[i].resize(V);
-        executor_->Logits(hidden.data() + (row - 1) * H, 1, logits[i].data());
+        last_rows.insert(last_rows.end(), hidden.begin() + (row - 1) * H, hidden.begin() + row * H);
+        finished.push_back(i);
       }
+    }
+    if (!finished.empty()) {
+      std::vector<float> out(finished.size() * V);
+      executor_->Logits(last_rows.data(), static_cast<int64_t>(finished.size()), out.data());
+      for (size_t f = 0; f < finished.size(); ++f) logits[finished[f]].assign(out.begin() + f * V, out.begin() + (f + 1) * V);
     }
   }
   return logits;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "engine/checkpoint_writer.h"
 
@@ -33,10 +34,20 @@ inline RandomCheckpointOptions SmallModel() {
   return o;
 }
 
+// A fresh directory under the test temp dir, removed when the test binary exits.
 inline std::string TempDir(const std::string& name) {
+  static std::vector<std::string>* made = [] {
+    auto* v = new std::vector<std::string>();
+    std::atexit([] {
+      std::error_code ec;
+      for (const std::string& d : *made) std::filesystem::remove_all(d, ec);
+    });
+    return v;
+  }();
   std::string dir = ::testing::TempDir() + "/layerpipe_" + name + "_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  made->push_back(dir);
   return dir;
 }
 
