@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/remote_commands.h"
 #include "engine/chat_format.h"
 #include "engine/generate.h"
 #include "engine/tokenizer.h"
@@ -31,6 +32,8 @@ std::vector<FlagSpec> Specs() {
       {"stop", false, true, "stop string (repeatable)"},
       {"stop-ids", false, false, "stop ids, comma-separated (default: generation_config.json, else 1,106,50)"},
       {"print-ids", true, false, "print the generated ids, comma-separated, as the last line"},
+      {"coordinator", false, false, "HOST:PORT of a cluster coordinator: generate there (no --model)"},
+      {"top-logprobs", false, false, "with --coordinator: report the K most likely ids per token on stderr"},
   };
   for (FlagSpec& f : EngineFlagSpecs()) s.push_back(f);
   return s;
@@ -38,6 +41,8 @@ std::vector<FlagSpec> Specs() {
 
 int Run(const Args& args) {
   const std::string cmd = "generate";
+  if (args.Has("coordinator")) return RunRemoteGenerate(args);
+  if (args.Has("top-logprobs")) return Fail(cmd, absl::InvalidArgumentError("--top-logprobs needs --coordinator"));
   auto model = args.String("model");
   if (!model.ok()) return Fail(cmd, model.status());
   if (args.Has("prompt") == args.Has("ids")) {

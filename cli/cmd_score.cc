@@ -3,6 +3,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/npy.h"
+#include "cli/remote_commands.h"
 
 namespace layerpipe::cli {
 namespace {
@@ -12,6 +13,9 @@ std::vector<FlagSpec> Specs() {
       {"model", false, false, "checkpoint directory"},
       {"ids", false, false, "token ids, comma-separated"},
       {"logits-out", false, false, "output .npy: float32 [number of ids, vocab] softcapped logits"},
+      {"coordinator", false, false,
+       "HOST:PORT of a cluster coordinator: score there (no --model); without --logits-out prints logprobs"},
+      {"text", false, false, "with --coordinator: text to score (the coordinator tokenizes it)"},
   };
   for (FlagSpec& f : EngineFlagSpecs()) s.push_back(f);
   return s;
@@ -19,6 +23,8 @@ std::vector<FlagSpec> Specs() {
 
 int Run(const Args& args) {
   const std::string cmd = "score";
+  if (args.Has("coordinator")) return RunRemoteScore(args);
+  if (args.Has("text")) return Fail(cmd, absl::InvalidArgumentError("--text needs --coordinator"));
   auto model = args.String("model");
   if (!model.ok()) return Fail(cmd, model.status());
   auto ids = args.Ids("ids");

@@ -11,6 +11,8 @@ int RunGenerate(const std::vector<std::string>& argv);
 int RunScore(const std::vector<std::string>& argv);
 int RunTokenize(const std::vector<std::string>& argv);
 int RunMakeCheckpoint(const std::vector<std::string>& argv);
+int RunJob(const std::vector<std::string>& argv);
+int RunCluster(const std::vector<std::string>& argv);
 
 }  // namespace layerpipe::cli
 

@@ -1,4 +1,5 @@
-// layerpipe: local generation, scoring, tokenization and checkpoint generation.
+// layerpipe: generation and scoring (local, or on a cluster with --coordinator), cluster jobs, a local
+// cluster supervisor, tokenization and checkpoint generation.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -11,8 +12,10 @@ namespace {
 constexpr const char* kUsage =
     "usage: layerpipe COMMAND [flags]\n"
     "commands:\n"
-    "  generate         run the model locally and stream generated text\n"
-    "  score            write the logits of every position of --ids to a .npy file\n"
+    "  generate         stream generated text (local model, or a cluster with --coordinator)\n"
+    "  score            logits of every position of --ids as .npy (or logprobs from --coordinator)\n"
+    "  job              submit, follow, cancel and list generation jobs on a cluster\n"
+    "  cluster          run workers and a coordinator on this machine (optionally one command, then stop)\n"
     "  tokenize         encode --text (or --decode ids) with a tokenizer.json\n"
     "  make-checkpoint  write a random checkpoint in the real Gemma 4 layout\n"
     "run 'layerpipe COMMAND --help' for the flags of a command\n";
@@ -29,6 +32,8 @@ int main(int argc, char** argv) {
   if (cmd == "generate") return layerpipe::cli::RunGenerate(rest);
   if (cmd == "score") return layerpipe::cli::RunScore(rest);
   if (cmd == "tokenize") return layerpipe::cli::RunTokenize(rest);
+  if (cmd == "job") return layerpipe::cli::RunJob(rest);
+  if (cmd == "cluster") return layerpipe::cli::RunCluster(rest);
   if (cmd == "make-checkpoint") return layerpipe::cli::RunMakeCheckpoint(rest);
   std::fprintf(stderr, "layerpipe: unknown command \"%s\"\n%s", cmd.c_str(), kUsage);
   return 2;

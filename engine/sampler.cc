@@ -197,6 +197,10 @@ double Sampler::NextUniform() {
   return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
 }
 
+void Sampler::Discard(int64_t draws) {
+  if (draws > 0) rng_.discard(static_cast<unsigned long long>(draws));
+}
+
 void Sampler::PrepareLogits(absl::Span<const float> logits, absl::Span<const int32_t> history,
                             int n) {
   work_.resize(n);

@@ -75,6 +75,10 @@ class Sampler {
   std::vector<TokenProbability> Distribution(absl::Span<const float> logits,
                                              absl::Span<const int32_t> history);
 
+  // Advances the RNG as if `draws` sampled steps had run (each takes one output; see above), so a
+  // sequence rebuilt elsewhere resumes the same stream. Greedy never draws, so it is unaffected.
+  void Discard(int64_t draws);
+
   const SamplingParams& params() const { return params_; }
 
  private:

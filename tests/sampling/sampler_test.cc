@@ -566,6 +566,22 @@ TEST(SamplerDeterminism, OneRandomNumberPerSampledStep) {
   for (int i = 0; i < 50; ++i) ASSERT_EQ(a.Sample(flat, {}), b.Sample(flat, {}));
 }
 
+TEST(SamplerDeterminism, DiscardResumesTheStreamOfAReplayedSequence) {
+  // A sequence that already sampled k tokens elsewhere resumes with Discard(k): from then on it
+  // draws exactly what the original sampler draws.
+  const std::vector<float> flat(16, 0.0f);
+  Sampler original(Temperature(0.9f, 77), 16);
+  for (int i = 0; i < 37; ++i) original.Sample(flat, {});
+  Sampler resumed(Temperature(0.9f, 77), 16);
+  resumed.Discard(37);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(resumed.Sample(flat, {}), original.Sample(flat, {})) << "draw " << i;
+  // Nothing to skip: unchanged.
+  Sampler fresh(Temperature(0.9f, 77), 16), skipped_none(Temperature(0.9f, 77), 16);
+  skipped_none.Discard(0);
+  skipped_none.Discard(-3);
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(skipped_none.Sample(flat, {}), fresh.Sample(flat, {}));
+}
+
 // ---------------------------------------------------------------- validation
 
 TEST(SamplingParamsValidation, AcceptsDefaultsAndGemmaSuggestions) {

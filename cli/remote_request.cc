@@ -1,0 +1,127 @@
+#include "cli/remote_request.h"
+
+#include <cstdint>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace layerpipe::cli {
+namespace {
+
+// Unlike Args::Double this lets nan and inf through: rejecting them is the coordinator's job, and the
+// client must not hide what the server says about them.
+absl::Status ParseFloatFlag(const Args& args, const std::string& name, float* out) {
+  auto text = args.String(name);
+  if (!text.ok()) return text.status();
+  if (!absl::SimpleAtof(*text, out)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " must be a number, got \"", *text, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseInt32Flag(const Args& args, const std::string& name, int32_t* out) {
+  auto v = args.Int(name);
+  if (!v.ok()) return v.status();
+  if (*v < INT32_MIN || *v > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " is out of the 32-bit range"));
+  }
+  *out = static_cast<int32_t>(*v);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<FlagSpec> RemoteGenerateFlagSpecs() {
+  return {
+      {"coordinator", false, false, "coordinator address HOST:PORT"},
+      {"prompt", false, false, "prompt text (the coordinator tokenizes it, with <bos>)"},
+      {"chat", true, false, "wrap --prompt in the chat format of the -it model"},
+      {"system", false, false, "system turn for --chat"},
+      {"ids", false, false, "prompt token ids, comma-separated (instead of --prompt)"},
+      {"max-new-tokens", false, false, "tokens to generate at most (required)"},
+      {"temperature", false, false, "0 (default) is greedy"},
+      {"top-k", false, false, "keep the k most likely tokens (0: all)"},
+      {"top-p", false, false, "nucleus sampling mass (default 1)"},
+      {"min-p", false, false, "drop tokens below min-p times the best probability (default 0)"},
+      {"repetition-penalty", false, false, "penalty for ids already present (default 1)"},
+      {"seed", false, false, "sampling seed (default 0)"},
+      {"stop", false, true, "stop string (repeatable)"},
+      {"stop-ids", false, false, "stop ids, comma-separated (default: the model's generation_config)"},
+      {"top-logprobs", false, false, "also report the K most likely ids of every generated token (0..20)"},
+  };
+}
+
+absl::StatusOr<v1::GenerateRequest> GenerateRequestFromArgs(const Args& args) {
+  if (args.Has("prompt") == args.Has("ids")) {
+    return absl::InvalidArgumentError("give exactly one of --prompt and --ids");
+  }
+  if (args.Has("chat") && !args.Has("prompt")) return absl::InvalidArgumentError("--chat needs --prompt");
+  if (args.Has("system") && !args.Has("chat")) return absl::InvalidArgumentError("--system needs --chat");
+  v1::GenerateRequest req;
+  if (args.Has("prompt")) {
+    req.set_prompt(args.StringOr("prompt", ""));
+    auto chat = args.Bool("chat", false);
+    if (!chat.ok()) return chat.status();
+    req.set_chat(*chat);
+    req.set_system(args.StringOr("system", ""));
+  } else {
+    auto ids = args.Ids("ids");
+    if (!ids.ok()) return ids.status();
+    req.mutable_ids()->mutable_ids()->Assign(ids->begin(), ids->end());
+  }
+  int32_t max_new = 0;
+  if (auto st = ParseInt32Flag(args, "max-new-tokens", &max_new); !st.ok()) return st;
+  req.set_max_new_tokens(max_new);
+
+  v1::SamplingParams* s = req.mutable_sampling();
+  float f = 0;
+  int32_t i = 0;
+  if (args.Has("temperature")) {
+    if (auto st = ParseFloatFlag(args, "temperature", &f); !st.ok()) return st;
+    s->set_temperature(f);
+  }
+  if (args.Has("top-k")) {
+    if (auto st = ParseInt32Flag(args, "top-k", &i); !st.ok()) return st;
+    s->set_top_k(i);
+  }
+  if (args.Has("top-p")) {
+    if (auto st = ParseFloatFlag(args, "top-p", &f); !st.ok()) return st;
+    s->set_top_p(f);
+  }
+  if (args.Has("min-p")) {
+    if (auto st = ParseFloatFlag(args, "min-p", &f); !st.ok()) return st;
+    s->set_min_p(f);
+  }
+  if (args.Has("repetition-penalty")) {
+    if (auto st = ParseFloatFlag(args, "repetition-penalty", &f); !st.ok()) return st;
+    s->set_repetition_penalty(f);
+  }
+  if (args.Has("seed")) {
+    auto text = args.String("seed");
+    uint64_t seed = 0;
+    if (!absl::SimpleAtoi(*text, &seed)) {
+      return absl::InvalidArgumentError(absl::StrCat("--seed must be a non-negative integer, got \"", *text, "\""));
+    }
+    s->set_seed(seed);
+  }
+  for (const std::string& stop : args.All("stop")) req.add_stop(stop);
+  if (args.Has("stop-ids")) {
+    auto ids = args.Ids("stop-ids");
+    if (!ids.ok()) return ids.status();
+    req.mutable_stop_ids()->Assign(ids->begin(), ids->end());
+  }
+  if (args.Has("top-logprobs")) {
+    if (auto st = ParseInt32Flag(args, "top-logprobs", &i); !st.ok()) return st;
+    req.set_top_logprobs(i);
+  }
+  return req;
+}
+
+absl::Status RejectFlags(const Args& args, const std::vector<std::string>& flags, const std::string& why) {
+  for (const std::string& f : flags) {
+    if (args.Has(f)) return absl::InvalidArgumentError(absl::StrCat("--", f, " ", why));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace layerpipe::cli

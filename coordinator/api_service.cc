@@ -1,0 +1,318 @@
+#include "coordinator/api_service.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/chat_format.h"
+
+namespace layerpipe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Full logits are returned only while they stay a reasonable message.
+constexpr int64_t kMaxLogitsBytes = int64_t{256} << 20;
+constexpr int kMaxTopLogprobs = 20;
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+grpc::Status Invalid(const std::string& msg) { return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg); }
+
+double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+v1::JobState JobStateOf(const Request& r) {
+  switch (r.state) {
+    case RequestState::kQueued: return v1::JOB_QUEUED;
+    case RequestState::kPrefilling: return r.generated.empty() ? v1::JOB_PREFILLING : v1::JOB_DECODING;
+    case RequestState::kDecoding: return v1::JOB_DECODING;
+    case RequestState::kDone:
+      if (!r.error.ok()) return v1::JOB_FAILED;
+      return r.finish_reason == "cancelled" ? v1::JOB_CANCELLED : v1::JOB_SUCCEEDED;
+  }
+  return v1::JOB_STATE_UNSPECIFIED;
+}
+
+}  // namespace
+
+LayerPipeService::LayerPipeService(const ModelConfig& config, const Tokenizer* tokenizer,
+                                   std::vector<int32_t> default_stop_ids, Pipeline* pipeline)
+    : config_(config), tokenizer_(tokenizer), default_stop_ids_(std::move(default_stop_ids)), pipeline_(pipeline) {}
+
+absl::StatusOr<std::vector<int32_t>> LayerPipeService::CheckIds(
+    const google::protobuf::RepeatedField<int32_t>& ids) const {
+  if (ids.empty()) return absl::InvalidArgumentError("the prompt is empty");
+  for (int i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", ids[i], " at index ", i,
+                                                     " is outside the vocabulary [0, ", config_.vocab_size, ")"));
+    }
+  }
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+absl::StatusOr<std::shared_ptr<Request>> LayerPipeService::BuildGenerate(const v1::GenerateRequest& req) {
+  auto r = std::make_shared<Request>();
+  r->id = next_id_++;
+  switch (req.input_case()) {
+    case v1::GenerateRequest::kPrompt:
+      if (tokenizer_ == nullptr) return absl::FailedPreconditionError("the coordinator has no tokenizer; send ids");
+      if (req.prompt().empty()) return absl::InvalidArgumentError("the prompt is empty");
+      r->prompt = req.chat() ? BuildChatPrompt(*tokenizer_, req.prompt(), req.system())
+                             : tokenizer_->Encode(req.prompt(), /*add_bos=*/true);
+      break;
+    case v1::GenerateRequest::kIds: {
+      if (req.chat()) return absl::InvalidArgumentError("chat needs a text prompt, not ids");
+      auto ids = CheckIds(req.ids().ids());
+      if (!ids.ok()) return ids.status();
+      r->prompt = *std::move(ids);
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError("the request has neither a prompt nor ids");
+  }
+  if (req.max_new_tokens() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens must be positive, got ", req.max_new_tokens()));
+  }
+  if (static_cast<int64_t>(r->prompt.size()) + req.max_new_tokens() > config_.max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrCat("a prompt of ", r->prompt.size(), " tokens plus ", req.max_new_tokens(),
+                                              " new tokens exceeds the model's context of ",
+                                              config_.max_position_embeddings));
+  }
+  if (req.top_logprobs() < 0 || req.top_logprobs() > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs, "]"));
+  }
+  const v1::SamplingParams& sp = req.sampling();
+  SamplingParams p;
+  if (sp.has_temperature()) p.temperature = sp.temperature();
+  if (sp.has_top_k()) p.top_k = sp.top_k();
+  if (sp.has_top_p()) p.top_p = sp.top_p();
+  if (sp.has_min_p()) p.min_p = sp.min_p();
+  if (sp.has_repetition_penalty()) p.repetition_penalty = sp.repetition_penalty();
+  if (sp.has_seed()) p.seed = sp.seed();
+  if (auto st = ValidateSamplingParams(p); !st.ok()) return st;
+  r->sampling = p;
+  r->sampling_proto = sp;
+  r->top_logprobs = req.top_logprobs();
+  r->max_new_tokens = req.max_new_tokens();
+  StopConfig stop;
+  stop.max_new_tokens = req.max_new_tokens();
+  stop.stop_ids = req.stop_ids().empty() ? default_stop_ids_
+                                         : std::vector<int32_t>(req.stop_ids().begin(), req.stop_ids().end());
+  for (const std::string& s : req.stop()) stop.stop_strings.push_back(s);
+  if (!stop.stop_strings.empty() && tokenizer_ == nullptr) {
+    return absl::FailedPreconditionError("stop strings need the tokenizer, which the coordinator lacks");
+  }
+  r->stop.emplace(std::move(stop));
+  if (tokenizer_ != nullptr) r->detok.emplace(*tokenizer_);
+  return r;
+}
+
+grpc::Status LayerPipeService::Stream(grpc::ServerContext* ctx, const std::shared_ptr<Request>& r, int64_t offset,
+                                      bool owner, grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  int64_t sent = offset;
+  for (;;) {
+    pipeline_->WaitFor([&] { return static_cast<int64_t>(r->tokens.size()) > sent || r->done(); },
+                       absl::Milliseconds(100));
+    if (ctx->IsCancelled()) {
+      if (owner) pipeline_->Cancel(r);
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    }
+    v1::GenerateResponse msg;
+    bool done;
+    absl::Status error;
+    {
+      std::lock_guard<std::mutex> lock(pipeline_->mutex());
+      const int64_t n = static_cast<int64_t>(r->tokens.size());
+      msg.set_offset(sent);
+      std::string text;
+      for (int64_t i = sent; i < n; ++i) {
+        *msg.add_tokens() = r->tokens[i];
+        text += r->pieces[i];
+      }
+      sent = std::max(sent, n);
+      done = r->done();
+      error = r->error;
+      if (done && error.ok()) {
+        text += r->final_text;
+        msg.set_finish_reason(r->finish_reason);
+        msg.mutable_usage()->set_prompt_tokens(static_cast<int>(r->prompt.size()));
+        msg.mutable_usage()->set_completion_tokens(static_cast<int>(r->generated.size()));
+        v1::Timings* t = msg.mutable_timings();
+        const Clock::time_point end = r->finished.value_or(Clock::now());
+        t->set_queue_ms(Ms(r->created, r->admitted.value_or(end)));
+        t->set_total_ms(Ms(r->created, end));
+        if (r->first_token) {
+          t->set_time_to_first_token_ms(Ms(r->created, *r->first_token));
+          const double decode_s = Ms(*r->first_token, end) / 1e3;
+          if (r->generated.size() > 1 && decode_s > 0) t->set_decode_tokens_per_s((r->generated.size() - 1) / decode_s);
+        }
+      }
+      msg.set_text(text);
+    }
+    if (msg.tokens_size() > 0 || !msg.text().empty() || (done && error.ok())) {
+      if (!writer->Write(msg)) {
+        if (owner) pipeline_->Cancel(r);
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      }
+    }
+    if (done) return ToGrpc(error);
+  }
+}
+
+grpc::Status LayerPipeService::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                                        grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  auto r = BuildGenerate(*req);
+  if (!r.ok()) return ToGrpc(r.status());
+  if (auto st = pipeline_->Submit(*r); !st.ok()) return ToGrpc(st);
+  return Stream(ctx, *r, 0, /*owner=*/true, writer);
+}
+
+grpc::Status LayerPipeService::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req, v1::ScoreResponse* resp) {
+  auto r = std::make_shared<Request>();
+  r->id = next_id_++;
+  r->kind = RequestKind::kScore;
+  if (req->input_case() == v1::ScoreRequest::kText) {
+    if (tokenizer_ == nullptr) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "no tokenizer; send ids");
+    if (req->text().empty()) return Invalid("the text is empty");
+    r->prompt = tokenizer_->Encode(req->text(), /*add_bos=*/true);
+  } else if (req->input_case() == v1::ScoreRequest::kIds) {
+    auto ids = CheckIds(req->ids().ids());
+    if (!ids.ok()) return ToGrpc(ids.status());
+    r->prompt = *std::move(ids);
+  } else {
+    return Invalid("the request has neither text nor ids");
+  }
+  const int64_t n = static_cast<int64_t>(r->prompt.size());
+  if (n > config_.max_position_embeddings) {
+    return grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
+                        absl::StrCat(n, " tokens exceed the model's context of ", config_.max_position_embeddings));
+  }
+  r->return_logits = req->return_logits();
+  if (r->return_logits && n * config_.vocab_size * 4 > kMaxLogitsBytes) {
+    return Invalid(absl::StrCat("return_logits is limited to ", kMaxLogitsBytes / (config_.vocab_size * 4),
+                                " tokens at this vocabulary; ask for logprobs instead"));
+  }
+  if (auto st = pipeline_->Submit(r); !st.ok()) return ToGrpc(st);
+  while (!pipeline_->WaitFor([&] { return r->done(); }, absl::Milliseconds(100))) {
+    if (ctx->IsCancelled()) {
+      pipeline_->Cancel(r);
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    }
+  }
+  std::lock_guard<std::mutex> lock(pipeline_->mutex());
+  if (!r->error.ok()) return ToGrpc(r->error);
+  if (r->finish_reason == "cancelled") return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+  for (int32_t id : r->prompt) resp->add_ids(id);
+  resp->add_logprobs(0.0f);
+  for (float lp : r->score_logprobs) resp->add_logprobs(lp);
+  *resp->mutable_logits() = {r->logits.begin(), r->logits.end()};
+  resp->set_vocab_size(config_.vocab_size);
+  return grpc::Status::OK;
+}
+
+grpc::Status LayerPipeService::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+                                         v1::SubmitJobResponse* resp) {
+  auto r = BuildGenerate(req->request());
+  if (!r.ok()) return ToGrpc(r.status());
+  (*r)->job_id = absl::StrFormat("job-%06d", (*r)->id);
+  if (auto st = pipeline_->Submit(*r); !st.ok()) return ToGrpc(st);
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    jobs_[(*r)->job_id] = *r;
+  }
+  resp->set_job_id((*r)->job_id);
+  return grpc::Status::OK;
+}
+
+std::shared_ptr<Request> LayerPipeService::FindJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(jobs_mu_);
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+void LayerPipeService::FillJobInfo(const Request& r, bool with_tokens, v1::JobInfo* info) {
+  info->set_job_id(r.job_id);
+  info->set_state(JobStateOf(r));
+  info->set_prompt_tokens(static_cast<int64_t>(r.prompt.size()));
+  info->set_prefilled_tokens(std::min<int64_t>(r.fed, static_cast<int64_t>(r.prompt.size())));
+  info->set_generated_tokens(static_cast<int64_t>(r.generated.size()));
+  info->set_finish_reason(r.finish_reason);
+  if (!r.error.ok()) info->set_error(std::string(r.error.message()));
+  if (with_tokens) {
+    for (int32_t id : r.generated) info->add_ids(id);
+    std::string text;
+    for (const std::string& p : r.pieces) text += p;
+    info->set_text(text + r.final_text);
+  }
+}
+
+grpc::Status LayerPipeService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req, v1::JobInfo* resp) {
+  auto r = FindJob(req->job_id());
+  if (!r) return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown job id \"", req->job_id(), "\""));
+  std::lock_guard<std::mutex> lock(pipeline_->mutex());
+  FillJobInfo(*r, true, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status LayerPipeService::StreamJob(grpc::ServerContext* ctx, const v1::StreamJobRequest* req,
+                                         grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  auto r = FindJob(req->job_id());
+  if (!r) return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown job id \"", req->job_id(), "\""));
+  if (req->offset() < 0) return Invalid("offset must be >= 0");
+  // A job outlives its followers: a disconnect does not cancel it.
+  return Stream(ctx, r, req->offset(), /*owner=*/false, writer);
+}
+
+grpc::Status LayerPipeService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req, v1::JobInfo* resp) {
+  auto r = FindJob(req->job_id());
+  if (!r) return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown job id \"", req->job_id(), "\""));
+  pipeline_->Cancel(r);
+  std::lock_guard<std::mutex> lock(pipeline_->mutex());
+  FillJobInfo(*r, false, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status LayerPipeService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse* resp) {
+  std::vector<std::shared_ptr<Request>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    for (auto& [id, r] : jobs_) jobs.push_back(r);
+  }
+  std::lock_guard<std::mutex> lock(pipeline_->mutex());
+  for (auto& r : jobs) FillJobInfo(*r, false, resp->add_jobs());
+  return grpc::Status::OK;
+}
+
+grpc::Status LayerPipeService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* req,
+                                        v1::TokenizeResponse* resp) {
+  if (tokenizer_ == nullptr) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the coordinator has no tokenizer");
+  const std::vector<int32_t> ids =
+      req->chat() ? BuildChatPrompt(*tokenizer_, req->text()) : tokenizer_->Encode(req->text(), req->add_bos());
+  *resp->mutable_ids() = {ids.begin(), ids.end()};
+  return grpc::Status::OK;
+}
+
+grpc::Status LayerPipeService::Detokenize(grpc::ServerContext*, const v1::DetokenizeRequest* req,
+                                          v1::DetokenizeResponse* resp) {
+  if (tokenizer_ == nullptr) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the coordinator has no tokenizer");
+  for (int i = 0; i < req->ids_size(); ++i) {
+    if (req->ids(i) < 0 || req->ids(i) >= tokenizer_->vocab_size()) {
+      return Invalid(absl::StrCat("token id ", req->ids(i), " at index ", i, " is outside the vocabulary"));
+    }
+  }
+  resp->set_text(tokenizer_->Decode({req->ids().data(), static_cast<size_t>(req->ids_size())},
+                                    req->skip_special_tokens()));
+  return grpc::Status::OK;
+}
+
+grpc::Status LayerPipeService::ClusterStatus(grpc::ServerContext*, const v1::ClusterStatusRequest*,
+                                             v1::ClusterStatusResponse* resp) {
+  *resp = pipeline_->Status();
+  return grpc::Status::OK;
+}
+
+}  // namespace layerpipe

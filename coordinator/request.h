@@ -1,0 +1,66 @@
+// One client request as the coordinator tracks it: its tokens, where its KV stands in the pipeline,
+// and what has been streamed. Every field after the constant part is guarded by Pipeline's mutex.
+#ifndef LAYERPIPE_COORDINATOR_REQUEST_H_
+#define LAYERPIPE_COORDINATOR_REQUEST_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/sampler.h"
+#include "engine/stop_conditions.h"
+#include "engine/tokenizer.h"
+#include "proto/layerpipe.pb.h"
+
+namespace layerpipe {
+
+enum class RequestKind { kGenerate, kScore };
+enum class RequestState { kQueued, kPrefilling, kDecoding, kDone };
+
+struct Request {
+  using Clock = std::chrono::steady_clock;
+
+  // Set before Submit, constant after.
+  uint64_t id = 0;
+  RequestKind kind = RequestKind::kGenerate;
+  std::string job_id;  // non-empty for jobs
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  v1::SamplingParams sampling_proto;
+  int top_logprobs = 0;
+  int max_new_tokens = 0;
+  bool return_logits = false;
+  std::optional<StopChecker> stop;
+  std::optional<StreamingDetokenizer> detok;
+  Clock::time_point created = Clock::now();
+
+  // Progress.
+  RequestState state = RequestState::kQueued;
+  int64_t fed = 0;         // positions the pipeline's KV holds
+  bool in_flight = false;  // part of a step on its way through the pipeline
+  bool cancel_requested = false;
+  std::vector<int32_t> generated;
+  std::vector<v1::TokenInfo> tokens;  // one per generated id
+  std::vector<std::string> pieces;    // text released with each generated id (same length as tokens)
+  std::string final_text;             // text released when the request ended (held-back bytes)
+  std::string finish_reason;
+  absl::Status error;
+  std::vector<float> score_logprobs;  // for kScore: log p(ids[i+1] | ...), in order
+  std::vector<float> logits;          // for kScore with return_logits
+  std::vector<int64_t> kv_reserved;   // bytes per stage, while admitted
+  std::optional<Clock::time_point> admitted, first_token, finished;
+
+  bool done() const { return state == RequestState::kDone; }
+  int64_t known() const { return static_cast<int64_t>(prompt.size() + generated.size()); }
+  int32_t token_at(int64_t i) const {
+    return i < static_cast<int64_t>(prompt.size()) ? prompt[i] : generated[i - prompt.size()];
+  }
+};
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_COORDINATOR_REQUEST_H_

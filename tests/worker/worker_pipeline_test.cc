@@ -1,0 +1,746 @@
+// Workers started in-process on loopback, chained into a pipeline, fed StepFrames the way the
+// coordinator does, with a fake coordinator collecting the StepResults. The pipeline must give what
+// the single-process Engine gives, and a bad frame must cost only its own step.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/layerpipe.grpc.pb.h"
+#include "tests/engine/test_util.h"
+#include "worker/kv_bytes.h"
+#include "worker/worker_server.h"
+
+namespace layerpipe {
+namespace {
+
+using Ranges = std::vector<std::pair<int, int>>;
+const Ranges kThreeStages = {{0, 2}, {2, 3}, {3, 5}};
+
+// The coordinator's StepSink: keeps every StepResult in arrival order.
+class FakeSink final : public v1::StepSink::Service {
+ public:
+  grpc::Status StepDone(grpc::ServerContext*, const v1::StepResult* r, v1::StepAck*) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    results_.push_back(*r);
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  std::optional<v1::StepResult> Wait(uint64_t epoch, uint64_t step, absl::Duration timeout = absl::Seconds(10)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    std::optional<v1::StepResult> found;
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] {
+      for (const v1::StepResult& r : results_) {
+        if (r.epoch() == epoch && r.step_id() == step) {
+          found = r;
+          return true;
+        }
+      }
+      return false;
+    });
+    return found;
+  }
+
+  // Indices in arrival order of the results for (epoch, step).
+  std::vector<size_t> Arrivals(uint64_t epoch, uint64_t step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<size_t> at;
+    for (size_t i = 0; i < results_.size(); ++i) {
+      if (results_[i].epoch() == epoch && results_[i].step_id() == step) at.push_back(i);
+    }
+    return at;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<v1::StepResult> results_;
+};
+
+class Pipeline {
+ public:
+  explicit Pipeline(int workers, absl::Duration retry_window = absl::Seconds(2)) {
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(&sink);
+    sink_server_ = b.BuildAndStart();
+    sink_address = "127.0.0.1:" + std::to_string(port);
+    for (int i = 0; i < workers; ++i) {
+      WorkerOptions o;
+      o.threads = 1;
+      o.kv_budget_bytes = int64_t{1} << 30;
+      o.outbox.retry_window = retry_window;
+      auto w = WorkerServer::Start(o);
+      EXPECT_TRUE(w.ok()) << w.status();
+      stubs_.push_back(v1::Worker::NewStub(grpc::CreateChannel((*w)->address(), grpc::InsecureChannelCredentials())));
+      workers_.push_back(std::move(*w));
+    }
+  }
+  ~Pipeline() {
+    workers_.clear();
+    sink_server_->Shutdown();
+  }
+
+  grpc::Status AssignStage(int i, v1::AssignRequest r, v1::AssignResponse* response = nullptr) {
+    grpc::ClientContext ctx;
+    v1::AssignResponse ignored;
+    return stubs_[i]->Assign(&ctx, r, response ? response : &ignored);
+  }
+
+  // A new epoch with stage i serving ranges[i].
+  void Assign(const std::string& dir, const Ranges& ranges, const std::string& precision, int64_t kv_budget = 0) {
+    ++epoch;
+    next_step = 1;
+    const int layers = ranges.back().second;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      v1::AssignRequest r;
+      r.set_model_dir(dir);
+      r.set_layer_begin(ranges[i].first);
+      r.set_layer_end(ranges[i].second);
+      r.set_first(i == 0);
+      r.set_last(ranges[i].second == layers);
+      if (i + 1 < ranges.size()) r.set_next_address(workers_[i + 1]->address());
+      r.set_coordinator_address(sink_address);
+      r.set_epoch(epoch);
+      r.set_precision(precision);
+      r.set_stage(static_cast<int>(i));
+      r.set_kv_budget_bytes(kv_budget);
+      v1::AssignResponse response;
+      const grpc::Status st = AssignStage(static_cast<int>(i), r, &response);
+      EXPECT_TRUE(st.ok()) << st.error_message();
+      EXPECT_GT(response.weight_bytes(), 0);
+    }
+  }
+
+  grpc::Status Send(int stage, const v1::StepFrame& frame) {
+    grpc::ClientContext ctx;
+    v1::StepAck ack;
+    return stubs_[stage]->Step(&ctx, frame, &ack);
+  }
+
+  // Sends the frame into stage 0 as the next step of the epoch; returns its step id.
+  uint64_t Push(v1::StepFrame frame) {
+    frame.set_epoch(epoch);
+    frame.set_step_id(next_step++);
+    const grpc::Status st = Send(0, frame);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return frame.step_id();
+  }
+
+  // Push, then the step's result.
+  v1::StepResult Run(v1::StepFrame frame) {
+    const uint64_t id = Push(std::move(frame));
+    auto r = sink.Wait(epoch, id);
+    EXPECT_TRUE(r.has_value()) << "no result for step " << id;
+    return r.value_or(v1::StepResult());
+  }
+
+  v1::WorkerStatus Status(int stage) {
+    grpc::ClientContext ctx;
+    v1::WorkerStatusRequest req;
+    v1::WorkerStatus s;
+    EXPECT_TRUE(stubs_[stage]->Status(&ctx, req, &s).ok());
+    return s;
+  }
+
+  // Waits until every stage holds no sequence (releases travel without a result).
+  bool WaitUntilEmpty(absl::Duration timeout = absl::Seconds(5)) {
+    const absl::Time end = absl::Now() + timeout;
+    while (absl::Now() < end) {
+      bool empty = true;
+      for (size_t i = 0; i < workers_.size(); ++i) {
+        const v1::WorkerStatus s = Status(static_cast<int>(i));
+        empty = empty && s.sequences() == 0 && s.kv_bytes_used() == 0;
+      }
+      if (empty) return true;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  }
+
+  const WorkerServer& worker(int i) const { return *workers_[i]; }
+
+  FakeSink sink;
+  std::string sink_address;
+  uint64_t epoch = 0;
+  uint64_t next_step = 1;
+
+ private:
+  std::unique_ptr<grpc::Server> sink_server_;
+  std::vector<std::unique_ptr<WorkerServer>> workers_;
+  std::vector<std::unique_ptr<v1::Worker::Stub>> stubs_;
+};
+
+v1::StepSlice* AddSlice(v1::StepFrame* f, uint64_t seq, int64_t pos0, const std::vector<int32_t>& ids,
+                        bool sample) {
+  v1::StepSlice* s = f->add_slices();
+  s->set_seq_id(seq);
+  s->set_pos0(pos0);
+  for (int32_t id : ids) s->add_ids(id);
+  s->set_sample(sample);
+  return s;
+}
+
+std::vector<double> LogSoftmax(const float* row, int64_t n) {
+  double max = row[0];
+  for (int64_t i = 1; i < n; ++i) max = std::max<double>(max, row[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(row[i] - max);
+  std::vector<double> out(n);
+  for (int64_t i = 0; i < n; ++i) out[i] = row[i] - max - std::log(sum);
+  return out;
+}
+
+struct Generation {
+  std::vector<int32_t> tokens;
+  std::vector<double> logprobs;
+};
+
+// What one process produces for `prompt`: the engine's logits and the same Sampler the worker uses.
+Generation EngineGenerate(Engine& engine, const std::vector<int32_t>& prompt, int n, const SamplingParams& p) {
+  const int64_t V = engine.config().vocab_size;
+  auto kv = engine.NewSequence();
+  Sampler sampler(p, static_cast<int>(V));
+  std::vector<int32_t> history = prompt;
+  Generation g;
+  std::vector<int32_t> feed = prompt;
+  for (int i = 0; i < n; ++i) {
+    StepInput in{kv.get(), feed};
+    auto logits = engine.Step({&in, 1});
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    const std::vector<float>& row = (*logits)[0];
+    const int32_t token = sampler.Sample(row, history);
+    g.tokens.push_back(token);
+    g.logprobs.push_back(LogSoftmax(row.data(), V)[token]);
+    history.push_back(token);
+    feed = {token};
+  }
+  return g;
+}
+
+std::unique_ptr<Engine> LoadEngine(const std::string& dir, Precision p) {
+  EngineOptions o;
+  o.precision = p;
+  o.threads = 1;
+  auto e = Engine::Load(dir, o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return std::move(*e);
+}
+
+class WorkerPipelineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(testing_util::MakeCheckpoint("worker_pipeline", testing_util::SmallModel()));
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static const std::string& dir() { return *dir_; }
+  static std::string* dir_;
+};
+std::string* WorkerPipelineTest::dir_ = nullptr;
+
+const std::vector<int32_t> kPromptA = {2, 17, 93, 5, 201, 44, 8, 150, 77};  // longer than the window of 6
+const std::vector<int32_t> kPromptB = {2, 260, 31, 9};
+
+// Two sequences decoded together through three stages; A's prompt arrives in two chunks.
+void CheckGreedyAgainstEngine(Pipeline& pipe, Engine& engine, double logprob_tolerance) {
+  constexpr int kTokens = 8;
+  const SamplingParams greedy;
+  const Generation want_a = EngineGenerate(engine, kPromptA, kTokens, greedy);
+  const Generation want_b = EngineGenerate(engine, kPromptB, kTokens, greedy);
+
+  std::vector<int32_t> got_a, got_b;
+  {
+    v1::StepFrame f;
+    AddSlice(&f, 1, 0, {kPromptA.begin(), kPromptA.begin() + 5}, false)->mutable_sampling();
+    AddSlice(&f, 2, 0, kPromptB, true)->set_top_logprobs(3);
+    const v1::StepResult r = pipe.Run(f);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    ASSERT_EQ(r.results_size(), 1);  // only B sampled
+    EXPECT_EQ(r.results(0).seq_id(), 2u);
+    got_b.push_back(r.results(0).token());
+    EXPECT_NEAR(r.results(0).logprob(), want_b.logprobs[0], logprob_tolerance);
+    ASSERT_EQ(r.results(0).top_size(), 3);
+    EXPECT_EQ(r.results(0).top(0).id(), r.results(0).token());  // greedy picks the most likely id
+    EXPECT_FLOAT_EQ(r.results(0).top(0).logprob(), r.results(0).logprob());
+    EXPECT_GE(r.results(0).top(0).logprob(), r.results(0).top(1).logprob());
+    EXPECT_GE(r.results(0).top(1).logprob(), r.results(0).top(2).logprob());
+  }
+  {
+    v1::StepFrame f;
+    AddSlice(&f, 1, 5, {kPromptA.begin() + 5, kPromptA.end()}, true);
+    AddSlice(&f, 2, kPromptB.size(), {got_b.back()}, true);
+    const v1::StepResult r = pipe.Run(f);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    ASSERT_EQ(r.results_size(), 2);
+    got_a.push_back(r.results(0).token());
+    got_b.push_back(r.results(1).token());
+    EXPECT_NEAR(r.results(0).logprob(), want_a.logprobs[0], logprob_tolerance);
+  }
+  while (got_a.size() < kTokens) {
+    v1::StepFrame f;
+    AddSlice(&f, 2, kPromptB.size() + got_b.size() - 1, {got_b.back()}, got_b.size() < kTokens);
+    AddSlice(&f, 1, kPromptA.size() + got_a.size() - 1, {got_a.back()}, true);
+    const v1::StepResult r = pipe.Run(f);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    for (const v1::SliceResult& s : r.results()) {
+      std::vector<int32_t>& got = s.seq_id() == 1 ? got_a : got_b;
+      const Generation& want = s.seq_id() == 1 ? want_a : want_b;
+      EXPECT_NEAR(s.logprob(), want.logprobs[got.size()], logprob_tolerance) << "seq " << s.seq_id();
+      got.push_back(s.token());
+    }
+  }
+  EXPECT_EQ(got_a, want_a.tokens);
+  EXPECT_EQ(got_b, want_b.tokens);
+}
+
+TEST_F(WorkerPipelineTest, GreedyTokensAndLogprobsEqualTheEngineFp32) {
+  Pipeline pipe(3);
+  pipe.Assign(dir(), kThreeStages, "fp32");
+  auto engine = LoadEngine(dir(), Precision::kFp32);
+  CheckGreedyAgainstEngine(pipe, *engine, 1e-5);
+}
+
+TEST_F(WorkerPipelineTest, GreedyTokensAndLogprobsEqualTheEngineBf16) {
+  Pipeline pipe(3);
+  pipe.Assign(dir(), kThreeStages, "bf16");
+  auto engine = LoadEngine(dir(), Precision::kBf16);
+  // The hidden state crosses each stage boundary as bf16, which the single process never rounds.
+  CheckGreedyAgainstEngine(pipe, *engine, 2e-2);
+}
+
+TEST_F(WorkerPipelineTest, TwoStagesAndReassignmentGiveTheSameTokens) {
+  Pipeline pipe(3);
+  pipe.Assign(dir(), {{0, 4}, {4, 5}}, "fp32");
+  auto engine = LoadEngine(dir(), Precision::kFp32);
+  CheckGreedyAgainstEngine(pipe, *engine, 1e-5);
+  // A new epoch over a different split drops every sequence and starts step ids again.
+  pipe.Assign(dir(), kThreeStages, "fp32");
+  for (int i = 0; i < 3; ++i) {
+    const v1::WorkerStatus s = pipe.Status(i);
+    EXPECT_EQ(s.epoch(), pipe.epoch);
+    EXPECT_TRUE(s.assigned());
+    EXPECT_EQ(s.sequences(), 0);
+    EXPECT_EQ(s.kv_bytes_used(), 0);
+    EXPECT_EQ(s.layer_begin(), kThreeStages[i].first);
+    EXPECT_EQ(s.layer_end(), kThreeStages[i].second);
+  }
+  CheckGreedyAgainstEngine(pipe, *engine, 1e-5);
+}
+
+TEST_F(WorkerPipelineTest, SeededSamplingMatchesTheEngineAndResumesWithRngSkip) {
+  Pipeline pipe(3);
+  pipe.Assign(dir(), kThreeStages, "fp32");
+  auto engine = LoadEngine(dir(), Precision::kFp32);
+  SamplingParams p;
+  p.temperature = 1.3f;
+  p.top_k = 40;
+  p.top_p = 0.95f;
+  p.repetition_penalty = 1.2f;
+  p.seed = 1234;
+  constexpr int kTokens = 10;
+  const Generation want = EngineGenerate(*engine, kPromptA, kTokens, p);
+
+  auto sampling = [&](v1::StepSlice* s) {
+    s->mutable_sampling()->set_temperature(p.temperature);
+    s->mutable_sampling()->set_top_k(p.top_k);
+    s->mutable_sampling()->set_top_p(p.top_p);
+    s->mutable_sampling()->set_repetition_penalty(p.repetition_penalty);
+    s->mutable_sampling()->set_seed(p.seed);
+  };
+  std::vector<int32_t> got;
+  {
+    v1::StepFrame f;
+    sampling(AddSlice(&f, 1, 0, kPromptA, true));
+    got.push_back(pipe.Run(f).results(0).token());
+  }
+  while (got.size() < kTokens) {
+    v1::StepFrame f;
+    AddSlice(&f, 1, kPromptA.size() + got.size() - 1, {got.back()}, true);
+    const v1::StepResult r = pipe.Run(f);
+    ASSERT_EQ(r.results_size(), 1) << r.error();
+    got.push_back(r.results(0).token());
+  }
+  EXPECT_EQ(got, want.tokens);
+
+  // Replay as a new sequence: the prompt and the first 4 tokens in one slice, RNG 4 draws on.
+  constexpr int kKept = 4;
+  std::vector<int32_t> replay = kPromptA;
+  replay.insert(replay.end(), want.tokens.begin(), want.tokens.begin() + kKept);
+  std::vector<int32_t> resumed;
+  {
+    v1::StepFrame f;
+    v1::StepSlice* s = AddSlice(&f, 2, 0, replay, true);
+    sampling(s);
+    s->set_rng_skip(kKept);
+    f.add_release(1);
+    resumed.push_back(pipe.Run(f).results(0).token());
+  }
+  while (kKept + resumed.size() < kTokens) {
+    v1::StepFrame f;
+    AddSlice(&f, 2, replay.size() + resumed.size() - 1, {resumed.back()}, true);
+    resumed.push_back(pipe.Run(f).results(0).token());
+  }
+  EXPECT_EQ(resumed, std::vector<int32_t>(want.tokens.begin() + kKept, want.tokens.end()));
+}
+
+TEST_F(WorkerPipelineTest, ScoresAndLogitsEqualTheEngine) {
+  Pipeline pipe(3);
+  pipe.Assign(dir(), kThreeStages, "fp32");
+  auto engine = LoadEngine(dir(), Precision::kFp32);
+  const std::vector<int32_t> ids = {2, 17, 93, 5, 201, 44, 8, 150, 77, 12, 3};
+  const int64_t V = engine->config().vocab_size, n = ids.size();
+  auto logits = engine->Score(ids);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  std::vector<double> want;  // log p(ids[i+1] | ids[..i]), then log p(42 | all)
+  for (int64_t r = 0; r < n; ++r) {
+    const auto lsm = LogSoftmax(logits->data() + r * V, V);
+    want.push_back(lsm[r + 1 < n ? ids[r + 1] : 42]);
+  }
+
+  // Whole, with a following id and the logits.
+  {
+    v1::StepFrame f;
+    v1::StepSlice* s = AddSlice(&f, 1, 0, ids, false);
+    s->set_score(true);
+    s->set_return_logits(true);
+    s->set_next_id(42);
+    const v1::StepResult r = pipe.Run(f);
+    ASSERT_EQ(r.results_size(), 1) << r.error();
+    ASSERT_EQ(r.results(0).score_logprobs_size(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(r.results(0).score_logprobs(i), want[i], 1e-5) << i;
+    ASSERT_EQ(r.results(0).logits_size(), n * V);
+    for (int64_t i = 0; i < n * V; ++i) ASSERT_EQ(r.results(0).logits(i), (*logits)[i]) << i;
+  }
+  // In two chunks: the first names the id that follows it, the last none (-1).
+  {
+    v1::StepFrame f;
+    v1::StepSlice* s = AddSlice(&f, 2, 0, {ids.begin(), ids.begin() + 6}, false);
+    s->set_score(true);
+    s->set_next_id(ids[6]);
+    const v1::StepResult r = pipe.Run(f);
+    ASSERT_EQ(r.results_size(), 1) << r.error();
+    ASSERT_EQ(r.results(0).score_logprobs_size(), 6);
+    EXPECT_EQ(r.results(0).logits_size(), 0);
+    for (int i = 0; i < 6; ++i) EXPECT_NEAR(r.results(0).score_logprobs(i), want[i], 1e-5) << i;
+  }
+  {
+    v1::StepFrame f;
+    v1::StepSlice* s = AddSlice(&f, 2, 6, {ids.begin() + 6, ids.end()}, true);
+    s->set_score(true);
+    s->set_next_id(-1);
+    const v1::StepResult r = pipe.Run(f);
+    ASSERT_EQ(r.results_size(), 1) << r.error();
+    ASSERT_EQ(r.results(0).score_logprobs_size(), n - 7);
+    for (int i = 0; i < n - 7; ++i) EXPECT_NEAR(r.results(0).score_logprobs(i), want[6 + i], 1e-5) << i;
+    // Sampled too: greedy over the last row.
+    const float* last = logits->data() + (n - 1) * V;
+    EXPECT_EQ(r.results(0).token(), std::max_element(last, last + V) - last);
+  }
+}
+
+TEST_F(WorkerPipelineTest, KvIsAccountedAndReleasedOnEveryStage) {
+  Pipeline pipe(3);
+  pipe.Assign(dir(), kThreeStages, "bf16");
+  auto config = LoadModelConfig(dir());
+  ASSERT_TRUE(config.ok());
+  v1::StepFrame f;
+  AddSlice(&f, 1, 0, kPromptA, true);
+  AddSlice(&f, 2, 0, std::vector<int32_t>(300, 7), false);  // more than one page of the full layer
+  ASSERT_TRUE(pipe.Run(f).error().empty());
+  for (int i = 0; i < 3; ++i) {
+    const auto [b, e] = kThreeStages[i];
+    const v1::WorkerStatus s = pipe.Status(i);
+    EXPECT_EQ(s.sequences(), 2);
+    EXPECT_EQ(s.kv_bytes_used(), KvBytesAtLength(*config, b, e, Precision::kBf16, kPromptA.size()) +
+                                     KvBytesAtLength(*config, b, e, Precision::kBf16, 300))
+        << "stage " << i;
+    EXPECT_EQ(s.kv_capacity_bytes(), int64_t{1} << 30);
+    EXPECT_EQ(s.steps(), 1);
+    EXPECT_GT(s.compute_ms_total(), 0);
+  }
+  EXPECT_GT(pipe.Status(0).transfer_ms_total(), 0);
+
+  // A frame with only releases (and an id nobody holds) passes through every stage.
+  v1::StepFrame release;
+  release.add_release(1);
+  release.add_release(2);
+  release.add_release(999);
+  const uint64_t id = pipe.Push(release);
+  EXPECT_TRUE(pipe.WaitUntilEmpty());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(pipe.Status(i).steps(), 2);
+  EXPECT_TRUE(pipe.sink.Arrivals(pipe.epoch, id).empty());  // releases produce no result
+}
+
+TEST_F(WorkerPipelineTest, KvBudgetRefusesAStepAndTheStageRecovers) {
+  Pipeline pipe(3);
+  auto config = LoadModelConfig(dir());
+  ASSERT_TRUE(config.ok());
+  // Stage 1 serves the full layer: one page per sequence fits, a second sequence does not.
+  const int64_t budget = KvBytesAtLength(*config, 2, 3, Precision::kBf16, 1);
+  pipe.Assign(dir(), kThreeStages, "bf16", budget);
+  EXPECT_EQ(pipe.Status(1).kv_capacity_bytes(), budget);
+  {
+    v1::StepFrame f;
+    AddSlice(&f, 1, 0, kPromptA, true);
+    EXPECT_TRUE(pipe.Run(f).error().empty());
+  }
+  {
+    v1::StepFrame f;
+    AddSlice(&f, 2, 0, kPromptB, true);
+    const v1::StepResult r = pipe.Run(f);
+    EXPECT_EQ(r.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << r.error();
+    EXPECT_EQ(r.stage(), 1);
+    EXPECT_NE(r.error().find("budget"), std::string::npos) << r.error();
+    EXPECT_EQ(r.results_size(), 0);
+  }
+  v1::StepFrame release;
+  release.add_release(1);
+  release.add_release(2);  // stage 0 took it before stage 1 refused
+  pipe.Push(release);
+  {
+    v1::StepFrame f;
+    AddSlice(&f, 2, 0, kPromptB, true);
+    const v1::StepResult r = pipe.Run(f);
+    EXPECT_TRUE(r.error().empty()) << r.error();
+    EXPECT_EQ(r.results_size(), 1);
+  }
+  EXPECT_EQ(pipe.Status(1).kv_bytes_used(), budget);
+}
+
+TEST_F(WorkerPipelineTest, BadFramesGetPreciseErrorsAndTheWorkerKeepsServing) {
+  Pipeline pipe(3);
+  auto engine = LoadEngine(dir(), Precision::kBf16);
+  const Generation want = EngineGenerate(*engine, kPromptA, 2, SamplingParams());
+  {
+    v1::StepFrame f;
+    f.set_step_id(1);
+    AddSlice(&f, 1, 0, kPromptA, true);
+    EXPECT_EQ(pipe.Send(0, f).error_code(), grpc::StatusCode::FAILED_PRECONDITION);  // nothing assigned yet
+  }
+  pipe.Assign(dir(), kThreeStages, "bf16");
+  const uint64_t epoch = pipe.epoch;
+  auto frame = [&](uint64_t step) {
+    v1::StepFrame f;
+    f.set_epoch(epoch);
+    f.set_step_id(step);
+    return f;
+  };
+  auto expect_code = [&](int stage, const v1::StepFrame& f, grpc::StatusCode code, const std::string& words) {
+    const grpc::Status st = pipe.Send(stage, f);
+    EXPECT_EQ(st.error_code(), code) << st.error_message();
+    EXPECT_NE(st.error_message().find(words), std::string::npos) << st.error_message();
+  };
+
+  v1::StepFrame f = frame(1);
+  AddSlice(&f, 1, 0, kPromptA, true);
+  f.set_epoch(epoch - 1);
+  expect_code(0, f, grpc::StatusCode::FAILED_PRECONDITION, "epoch");
+  f.set_epoch(epoch + 1);
+  expect_code(0, f, grpc::StatusCode::FAILED_PRECONDITION, "epoch");
+  f = frame(0);
+  AddSlice(&f, 1, 0, kPromptA, true);
+  expect_code(0, f, grpc::StatusCode::INVALID_ARGUMENT, "step_id 0");
+  f.set_step_id(100000);
+  expect_code(0, f, grpc::StatusCode::INVALID_ARGUMENT, "too far ahead");
+
+  // Step 1: an id outside the vocabulary. Refused, but the step id is used up.
+  f = frame(1);
+  AddSlice(&f, 1, 0, {2, 300}, true);
+  expect_code(0, f, grpc::StatusCode::INVALID_ARGUMENT, "vocabulary");
+  f = frame(1);
+  AddSlice(&f, 1, 0, kPromptA, true);
+  expect_code(0, f, grpc::StatusCode::ALREADY_EXISTS, "already");
+
+  // Step 2: fine.
+  f = frame(2);
+  AddSlice(&f, 1, 0, kPromptA, true);
+  ASSERT_TRUE(pipe.Send(0, f).ok());
+  auto r = pipe.sink.Wait(epoch, 2);
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->results_size(), 1) << r->error();
+  EXPECT_EQ(r->results(0).token(), want.tokens[0]);
+
+  // Step 3: a position that does not follow what stage 0 holds, next to a good new sequence.
+  f = frame(3);
+  AddSlice(&f, 2, 0, kPromptB, true);
+  AddSlice(&f, 1, 3, {want.tokens[0]}, true);
+  ASSERT_TRUE(pipe.Send(0, f).ok());  // only the compute thread knows the positions
+  r = pipe.sink.Wait(epoch, 3);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(r->stage(), 0);
+  EXPECT_NE(r->error().find("holds 9 tokens"), std::string::npos) << r->error();
+
+  // Step 4: a sequence nobody holds, not starting at 0.
+  f = frame(4);
+  AddSlice(&f, 7, 5, {3}, true);
+  ASSERT_TRUE(pipe.Send(0, f).ok());
+  r = pipe.sink.Wait(epoch, 4);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(r->error().find("holds no sequence 7"), std::string::npos) << r->error();
+
+  // Step 5: sequence 1 is untouched by all that and continues exactly.
+  f = frame(5);
+  AddSlice(&f, 1, kPromptA.size(), {want.tokens[0]}, true);
+  ASSERT_TRUE(pipe.Send(0, f).ok());
+  r = pipe.sink.Wait(epoch, 5);
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->results_size(), 1) << r->error();
+  EXPECT_EQ(r->results(0).token(), want.tokens[1]);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(pipe.Status(i).sequences(), 1) << "stage " << i;
+
+  // Steps 7 then 6: 7 waits for 6, and their results come in step order.
+  f = frame(7);
+  AddSlice(&f, 8, 0, kPromptB, true);
+  ASSERT_TRUE(pipe.Send(0, f).ok());
+  EXPECT_FALSE(pipe.sink.Wait(epoch, 7, absl::Milliseconds(300)).has_value());
+  f = frame(6);
+  AddSlice(&f, 9, 0, kPromptA, true);
+  ASSERT_TRUE(pipe.Send(0, f).ok());
+  ASSERT_TRUE(pipe.sink.Wait(epoch, 7).has_value());
+  ASSERT_EQ(pipe.sink.Arrivals(epoch, 6).size(), 1u);
+  EXPECT_LT(pipe.sink.Arrivals(epoch, 6)[0], pipe.sink.Arrivals(epoch, 7)[0]);
+  EXPECT_EQ(pipe.sink.Wait(epoch, 6)->results(0).token(), want.tokens[0]);
+
+  // Step 8 straight into stage 1 with a hidden block of the wrong size, then of an unknown dtype.
+  const int64_t H = engine->config().hidden_size;
+  f = frame(8);
+  AddSlice(&f, 10, 0, kPromptB, true);
+  f.set_hidden_dtype(v1::HIDDEN_F32);
+  f.set_hidden(std::string((kPromptB.size() * H - 1) * 4, '\0'));
+  expect_code(1, f, grpc::StatusCode::INVALID_ARGUMENT, "hidden holds");
+  f.set_step_id(9);
+  f.set_hidden_dtype(static_cast<v1::HiddenDType>(5));
+  f.set_hidden(std::string(kPromptB.size() * H * 4, '\0'));
+  expect_code(1, f, grpc::StatusCode::INVALID_ARGUMENT, "hidden_dtype");
+  // Stage 0's own step 8 now finds stage 1 has used that id: reported, blamed on stage 1.
+  f = frame(8);
+  AddSlice(&f, 11, 0, kPromptB, true);
+  ASSERT_TRUE(pipe.Send(0, f).ok());
+  r = pipe.sink.Wait(epoch, 8);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->error_code(), grpc::StatusCode::ALREADY_EXISTS) << r->error();
+  EXPECT_EQ(r->stage(), 1);
+  // Step 10 straight into stage 1, well-formed (bf16 zeros): stage 1 and 2 still serve.
+  f = frame(10);
+  AddSlice(&f, 12, 0, kPromptB, true);
+  f.set_hidden_dtype(v1::HIDDEN_BF16);
+  f.set_hidden(std::string(kPromptB.size() * H * 2, '\0'));
+  ASSERT_TRUE(pipe.Send(1, f).ok());
+  r = pipe.sink.Wait(epoch, 10);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->error().empty()) << r->error();
+  EXPECT_EQ(r->results_size(), 1);
+}
+
+TEST_F(WorkerPipelineTest, AssignRefusesBadRequestsAndKeepsTheOldAssignment) {
+  Pipeline pipe(1);
+  v1::AssignRequest good;
+  good.set_model_dir(dir());
+  good.set_layer_begin(0);
+  good.set_layer_end(5);
+  good.set_first(true);
+  good.set_last(true);
+  good.set_coordinator_address(pipe.sink_address);
+  good.set_epoch(3);
+  good.set_precision("fp32");
+  ASSERT_TRUE(pipe.AssignStage(0, good).ok());
+
+  auto code = [&](const std::function<void(v1::AssignRequest&)>& edit) {
+    v1::AssignRequest r = good;
+    r.set_epoch(4);
+    edit(r);
+    return pipe.AssignStage(0, r).error_code();
+  };
+  EXPECT_EQ(code([&](auto& r) { r.set_model_dir(dir() + "/missing"); }), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(code([](auto& r) { r.set_model_dir(""); }), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code([](auto& r) { r.set_layer_end(6); }), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code([](auto& r) { r.set_layer_begin(3); r.set_layer_end(3); }), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code([](auto& r) { r.set_first(false); }), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code([](auto& r) { r.set_layer_end(4); }), grpc::StatusCode::INVALID_ARGUMENT);  // last but not at 5
+  EXPECT_EQ(code([](auto& r) { r.set_precision("fp16"); }), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code([](auto& r) { r.set_coordinator_address(""); }), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code([](auto& r) { r.set_kv_budget_bytes(-1); }), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code([](auto& r) { r.set_last(false); r.set_layer_end(2); }), grpc::StatusCode::INVALID_ARGUMENT);
+
+  const v1::WorkerStatus s = pipe.Status(0);
+  EXPECT_EQ(s.epoch(), 3u);
+  EXPECT_EQ(s.layer_end(), 5);
+  // The whole model on one worker still serves the old epoch.
+  pipe.epoch = 3;
+  v1::StepFrame f;
+  AddSlice(&f, 1, 0, kPromptB, true);
+  const v1::StepResult r = pipe.Run(f);
+  EXPECT_TRUE(r.error().empty()) << r.error();
+  EXPECT_EQ(r.results_size(), 1);
+}
+
+TEST_F(WorkerPipelineTest, AnUnreachableNextStageIsReportedAfterRetrying) {
+  Pipeline pipe(1, absl::Milliseconds(300));
+  v1::AssignRequest r;
+  r.set_model_dir(dir());
+  r.set_layer_begin(0);
+  r.set_layer_end(2);
+  r.set_first(true);
+  r.set_next_address("127.0.0.1:1");  // nothing listens there
+  r.set_coordinator_address(pipe.sink_address);
+  r.set_epoch(1);
+  ASSERT_TRUE(pipe.AssignStage(0, r).ok());
+  pipe.epoch = 1;
+  v1::StepFrame f;
+  AddSlice(&f, 1, 0, kPromptB, false);
+  const absl::Time start = absl::Now();
+  const v1::StepResult result = pipe.Run(f);
+  EXPECT_EQ(result.error_code(), grpc::StatusCode::UNAVAILABLE) << result.error();
+  EXPECT_EQ(result.stage(), 1);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));  // it retried
+  EXPECT_EQ(pipe.Status(0).sequences(), 1);  // the step ran here; only the hand-off failed
+}
+
+TEST_F(WorkerPipelineTest, TheServerAnswersHealthChecks) {
+  Pipeline pipe(1);
+  auto channel = grpc::CreateChannel(pipe.worker(0).address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  // The standard health service is registered: an unknown service name gets NOT_FOUND, not
+  // UNIMPLEMENTED.
+  grpc::ClientContext ctx;
+  const std::string request;  // HealthCheckRequest{service: ""} encodes to nothing
+  grpc::ByteBuffer out;
+  grpc::Slice slice(request);
+  grpc::ByteBuffer in(&slice, 1);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &in, &out, [&](grpc::Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    status = s;
+    done = true;
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait_for(lock, std::chrono::seconds(5), [&] { return done; });
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  // HealthCheckResponse{status: SERVING = 1}: field 1, varint 1.
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(out.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+}
+
+}  // namespace
+}  // namespace layerpipe

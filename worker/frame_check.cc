@@ -1,0 +1,82 @@
+#include "worker/frame_check.h"
+
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+
+namespace layerpipe {
+namespace {
+
+absl::Status SliceError(int index, uint64_t seq_id, const absl::Status& st) {
+  return absl::Status(st.code(), absl::StrCat("slice ", index, " (sequence ", seq_id, "): ", st.message()));
+}
+
+absl::Status CheckSlice(const v1::StepSlice& s, const StageShape& shape) {
+  if (s.ids_size() == 0) return absl::InvalidArgumentError("no token ids");
+  if (s.pos0() < 0) return absl::InvalidArgumentError(absl::StrCat("pos0 ", s.pos0(), " is negative"));
+  if (s.pos0() > shape.max_positions - s.ids_size()) {
+    return absl::OutOfRangeError(absl::StrCat("positions ", s.pos0(), "..", s.pos0() + s.ids_size() - 1,
+                                              " pass the model's limit of ", shape.max_positions));
+  }
+  for (int i = 0; i < s.ids_size(); ++i) {
+    if (s.ids(i) < 0 || s.ids(i) >= shape.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", s.ids(i), " at index ", i,
+                                                     " is outside the vocabulary [0, ", shape.vocab_size, ")"));
+    }
+  }
+  if (s.has_sampling()) {
+    if (auto st = ValidateSamplingParams(ToSamplingParams(s.sampling())); !st.ok()) return st;
+  }
+  // One draw per sampled token, so a sequence can never have used more draws than it has positions
+  // (a bound that also keeps skipping cheap).
+  if (s.rng_skip() < 0 || s.rng_skip() > shape.max_positions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rng_skip ", s.rng_skip(), " is outside [0, ", shape.max_positions, "]"));
+  }
+  if (s.top_logprobs() < 0 || s.top_logprobs() > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_logprobs ", s.top_logprobs(), " is outside [0, ", kMaxTopLogprobs, "]"));
+  }
+  if (s.score() && (s.next_id() < -1 || s.next_id() >= shape.vocab_size)) {
+    return absl::InvalidArgumentError(absl::StrCat("next_id ", s.next_id(), " is neither -1 nor in the vocabulary [0, ",
+                                                   shape.vocab_size, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckFrameContent(const v1::StepFrame& frame, const StageShape& shape, int64_t* rows) {
+  int64_t total = 0;
+  std::unordered_set<uint64_t> seen;
+  for (int i = 0; i < frame.slices_size(); ++i) {
+    const v1::StepSlice& s = frame.slices(i);
+    if (!seen.insert(s.seq_id()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id(), " appears in more than one slice"));
+    }
+    if (auto st = CheckSlice(s, shape); !st.ok()) return SliceError(i, s.seq_id(), st);
+    total += s.ids_size();
+  }
+  if (total > kMaxRowsPerFrame) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the frame carries ", total, " tokens; at most ", kMaxRowsPerFrame, " are allowed"));
+  }
+  if (shape.first && !frame.hidden().empty()) {
+    return absl::InvalidArgumentError("the first stage embeds the ids itself; its frames must not carry hidden");
+  }
+  *rows = total;
+  return absl::OkStatus();
+}
+
+SamplingParams ToSamplingParams(const v1::SamplingParams& p) {
+  SamplingParams s;
+  if (p.has_temperature()) s.temperature = p.temperature();
+  if (p.has_top_k()) s.top_k = p.top_k();
+  if (p.has_top_p()) s.top_p = p.top_p();
+  if (p.has_min_p()) s.min_p = p.min_p();
+  if (p.has_repetition_penalty()) s.repetition_penalty = p.repetition_penalty();
+  if (p.has_seed()) s.seed = p.seed();
+  return s;
+}
+
+}  // namespace layerpipe

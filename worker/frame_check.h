@@ -1,0 +1,37 @@
+// The checks a worker makes on a StepFrame when it arrives, before queueing it: everything that does
+// not depend on the sequences the stage holds (positions are checked when the step runs, because
+// earlier steps may still be queued).
+#ifndef LAYERPIPE_WORKER_FRAME_CHECK_H_
+#define LAYERPIPE_WORKER_FRAME_CHECK_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/sampler.h"
+#include "proto/layerpipe.pb.h"
+
+namespace layerpipe {
+
+// What a frame is checked against: the model's shapes and the stage's role.
+struct StageShape {
+  int64_t hidden_size = 0;
+  int64_t vocab_size = 0;
+  int64_t max_positions = 0;
+  bool first = false;
+};
+
+// Rows (tokens) of one frame, summed over its slices. Caps the activations a single frame can make
+// the worker allocate (8192 × 3840 floats = 120 MiB).
+inline constexpr int64_t kMaxRowsPerFrame = 8192;
+inline constexpr int kMaxTopLogprobs = 20;
+
+// InvalidArgument (OutOfRange for positions past the model's limit) naming the slice and field.
+// On success *rows is the frame's total token count. The hidden block is checked by DecodeHidden.
+absl::Status CheckFrameContent(const v1::StepFrame& frame, const StageShape& shape, int64_t* rows);
+
+// Proto sampling parameters with unset fields at the engine's defaults.
+SamplingParams ToSamplingParams(const v1::SamplingParams& p);
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_WORKER_FRAME_CHECK_H_

@@ -1,0 +1,90 @@
+// layerpipe-worker --listen ADDR [--model DIR] [--threads N] [--kv-budget SIZE]
+//
+// Serves one stage of the pipeline: the coordinator assigns it a layer range over gRPC. Prints
+// "layerpipe-worker listening on HOST:PORT" once serving; exits 0 on SIGTERM or SIGINT.
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "worker/byte_size.h"
+#include "worker/worker_server.h"
+
+ABSL_FLAG(std::string, listen, "", "address to serve on, e.g. 0.0.0.0:7001 (port 0: any free port)");
+ABSL_FLAG(std::string, model, "", "model directory used when an assignment names none");
+ABSL_FLAG(int, threads, 0, "compute threads (0: LAYERPIPE_THREADS or all cores)");
+ABSL_FLAG(std::string, kv_budget, "", "KV cache budget, e.g. 8G or 512M (default: half the physical memory)");
+
+namespace {
+
+// absl flags are C identifiers; the documented spelling uses dashes (--kv-budget).
+std::vector<std::string> DashesToUnderscores(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& a = args[i];
+    if (a == "--") break;
+    if (a.rfind("--", 0) != 0) continue;
+    const size_t end = a.find('=') == std::string::npos ? a.size() : a.find('=');
+    for (size_t j = 2; j < end; ++j) {
+      if (a[j] == '-') a[j] = '_';
+    }
+  }
+  return args;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("layerpipe-worker --listen ADDR [--model DIR] [--threads N] [--kv-budget SIZE]");
+  std::vector<std::string> args = DashesToUnderscores(argc, argv);
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
+  absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+
+  layerpipe::WorkerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  if (options.listen_address.empty()) {
+    std::fprintf(stderr, "layerpipe-worker: --listen ADDR is required\n");
+    return 2;
+  }
+  options.default_model_dir = absl::GetFlag(FLAGS_model);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  if (options.threads < 0) {
+    std::fprintf(stderr, "layerpipe-worker: --threads must be >= 0\n");
+    return 2;
+  }
+  const std::string budget = absl::GetFlag(FLAGS_kv_budget);
+  if (!budget.empty()) {
+    auto bytes = layerpipe::ParseByteSize(budget);
+    if (!bytes.ok()) {
+      std::fprintf(stderr, "layerpipe-worker: --kv-budget: %s\n", std::string(bytes.status().message()).c_str());
+      return 2;
+    }
+    options.kv_budget_bytes = *bytes;
+  }
+
+  // Blocked before any thread starts, so every thread inherits the mask and only sigwait sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto server = layerpipe::WorkerServer::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "layerpipe-worker: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  std::printf("layerpipe-worker listening on %s\n", (*server)->address().c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  (*server)->Shutdown();
+  (*server)->Wait();
+  return 0;
+}

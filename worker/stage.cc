@@ -1,0 +1,204 @@
+#include "worker/stage.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "worker/hidden_codec.h"
+#include "worker/kv_bytes.h"
+#include "worker/logprobs.h"
+
+namespace layerpipe {
+
+Stage::Stage(std::shared_ptr<const ModelWeights> weights, const StageOptions& options, ThreadPool& pool)
+    : weights_(std::move(weights)), options_(options), executor_(*weights_, options.precision, pool) {}
+
+StageShape Stage::shape() const {
+  const ModelConfig& c = weights_->config();
+  return StageShape{c.hidden_size, c.vocab_size, c.max_position_embeddings, options_.first};
+}
+
+v1::HiddenDType Stage::wire_dtype() const {
+  return options_.precision == Precision::kFp32 ? v1::HIDDEN_F32 : v1::HIDDEN_BF16;
+}
+
+int64_t Stage::SequenceLength(uint64_t seq_id) const {
+  auto it = sequences_.find(seq_id);
+  return it == sequences_.end() ? -1 : it->second->kv->length();
+}
+
+absl::Status Stage::PrepareSequences(const v1::StepFrame& frame, std::vector<std::unique_ptr<Sequence>>* fresh,
+                                     std::vector<Sequence*>* seqs) const {
+  for (const v1::StepSlice& s : frame.slices()) {
+    auto it = sequences_.find(s.seq_id());
+    if (it == sequences_.end()) {
+      if (s.pos0() != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("stage ", options_.stage, " holds no sequence ", s.seq_id(),
+                                                       ", and a new sequence must start at pos0 0, not ", s.pos0()));
+      }
+      auto seq = std::make_unique<Sequence>();
+      seq->kv = executor_.NewSequence();
+      seqs->push_back(seq.get());
+      fresh->push_back(std::move(seq));
+      continue;
+    }
+    if (s.pos0() != it->second->kv->length()) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id(), " holds ", it->second->kv->length(),
+                                                     " tokens at stage ", options_.stage, ", but the slice starts at pos0 ",
+                                                     s.pos0()));
+    }
+    seqs->push_back(it->second.get());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Stage::CheckKvBudget(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs) const {
+  const ModelConfig& c = weights_->config();
+  int64_t after = kv_bytes_used_;
+  for (int i = 0; i < frame.slices_size(); ++i) {
+    const v1::StepSlice& s = frame.slices(i);
+    after += KvBytesAtLength(c, executor_.layer_begin(), executor_.layer_end(), options_.precision,
+                             s.pos0() + s.ids_size()) -
+             seqs[i]->kv_bytes;
+  }
+  if (after > options_.kv_budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("stage ", options_.stage, ": the step needs ", after,
+                                                     " bytes of KV cache, over the budget of ",
+                                                     options_.kv_budget_bytes, " bytes (", kv_bytes_used_,
+                                                     " in use)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Stage::Run(const v1::StepFrame& frame, std::vector<float> hidden, v1::StepFrame* forward,
+                        v1::StepResult* result) {
+  const int64_t H = weights_->config().hidden_size;
+  std::vector<std::unique_ptr<Sequence>> fresh;
+  std::vector<Sequence*> seqs;
+  if (auto st = PrepareSequences(frame, &fresh, &seqs); !st.ok()) return st;
+  if (auto st = CheckKvBudget(frame, seqs); !st.ok()) return st;
+
+  std::vector<SequenceSlice> slices;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < frame.slices_size(); ++i) {
+    const v1::StepSlice& s = frame.slices(i);
+    slices.push_back({seqs[i]->kv.get(), s.ids_size()});
+    ids.insert(ids.end(), s.ids().begin(), s.ids().end());
+  }
+  const int64_t rows = static_cast<int64_t>(ids.size());
+  if (options_.first) {
+    hidden.assign(static_cast<size_t>(rows * H), 0.0f);
+    if (auto st = executor_.Embed(ids, hidden.data()); !st.ok()) return st;
+  } else if (static_cast<int64_t>(hidden.size()) != rows * H) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hidden holds ", hidden.size(), " values but the slices need ", rows * H));
+  }
+  if (auto st = executor_.Forward(slices, hidden.data()); !st.ok()) return st;
+
+  // The layers ran: the step's sequences are now part of the stage.
+  for (int i = 0; i < frame.slices_size(); ++i) {
+    Sequence* seq = seqs[i];
+    const int64_t bytes = static_cast<int64_t>(seq->kv->bytes());
+    kv_bytes_used_ += bytes - seq->kv_bytes;
+    seq->kv_bytes = bytes;
+  }
+  for (int i = 0, f = 0; i < frame.slices_size(); ++i) {
+    if (f < static_cast<int>(fresh.size()) && fresh[f].get() == seqs[i]) {
+      sequences_[frame.slices(i).seq_id()] = std::move(fresh[f++]);
+    }
+  }
+
+  if (options_.last) {
+    RunHead(frame, seqs, hidden.data(), result);
+    return absl::OkStatus();
+  }
+  forward->set_epoch(frame.epoch());
+  forward->set_step_id(frame.step_id());
+  *forward->mutable_slices() = frame.slices();
+  *forward->mutable_release() = frame.release();
+  forward->set_hidden_dtype(wire_dtype());
+  EncodeHidden(hidden.data(), rows, H, wire_dtype(), forward->mutable_hidden());
+  return absl::OkStatus();
+}
+
+void Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs, const float* hidden,
+                    v1::StepResult* result) {
+  const int64_t H = weights_->config().hidden_size, V = weights_->config().vocab_size;
+  result->set_epoch(frame.epoch());
+  result->set_step_id(frame.step_id());
+
+  // Which rows need logits, in row order, and the result each slice fills.
+  struct RowUse {
+    int slice;
+    int64_t r;        // row within the slice
+    int64_t row;      // row within the frame
+  };
+  std::vector<RowUse> uses;
+  std::vector<v1::SliceResult*> out(frame.slices_size(), nullptr);
+  int64_t row0 = 0;
+  for (int i = 0; i < frame.slices_size(); ++i) {
+    const v1::StepSlice& s = frame.slices(i);
+    Sequence* seq = seqs[i];
+    seq->history.insert(seq->history.end(), s.ids().begin(), s.ids().end());
+    if (!seq->sampler && (s.has_sampling() || s.sample())) {
+      seq->sampler = std::make_unique<Sampler>(ToSamplingParams(s.sampling()), static_cast<int>(V));
+      seq->sampler->Discard(s.rng_skip());
+    }
+    const int64_t n = s.ids_size();
+    const bool all_rows = s.score() || s.return_logits();
+    if (s.sample() || all_rows) {
+      out[i] = result->add_results();
+      out[i]->set_seq_id(s.seq_id());
+      for (int64_t r = all_rows ? 0 : n - 1; r < n; ++r) uses.push_back({i, r, row0 + r});
+    }
+    row0 += n;
+  }
+
+  std::vector<float> rows_in;
+  for (size_t b = 0; b < uses.size(); b += kHeadRowsPerCall) {
+    const int64_t m = std::min<int64_t>(kHeadRowsPerCall, static_cast<int64_t>(uses.size() - b));
+    rows_in.resize(static_cast<size_t>(m * H));
+    for (int64_t j = 0; j < m; ++j) {
+      std::copy_n(hidden + uses[b + j].row * H, H, rows_in.begin() + j * H);
+    }
+    logits_.resize(static_cast<size_t>(m * V));
+    executor_.Logits(rows_in.data(), m, logits_.data());
+    for (int64_t j = 0; j < m; ++j) {
+      const RowUse& u = uses[b + j];
+      const v1::StepSlice& s = frame.slices(u.slice);
+      v1::SliceResult* res = out[u.slice];
+      const absl::Span<const float> row(logits_.data() + j * V, static_cast<size_t>(V));
+      const int64_t n = s.ids_size();
+      const bool is_last_row = u.r == n - 1;
+      const bool want_logprobs = s.score() || (s.sample() && is_last_row);
+      const double lse = want_logprobs ? LogSumExp(row) : 0.0;
+      if (s.return_logits()) res->mutable_logits()->Add(row.begin(), row.end());
+      if (s.score()) {
+        const int32_t next = is_last_row ? s.next_id() : s.ids(static_cast<int>(u.r + 1));
+        if (next >= 0) res->add_score_logprobs(static_cast<float>(row[next] - lse));
+      }
+      if (s.sample() && is_last_row) {
+        Sequence* seq = seqs[u.slice];
+        const int32_t token = seq->sampler->Sample(row, seq->history);
+        res->set_token(token);
+        res->set_logprob(static_cast<float>(row[token] - lse));
+        for (const IdLogprob& t : TopLogprobs(row, s.top_logprobs(), lse)) {
+          v1::TopLogprob* top = res->add_top();
+          top->set_id(t.id);
+          top->set_logprob(t.logprob);
+        }
+      }
+    }
+  }
+}
+
+void Stage::Release(const google::protobuf::RepeatedField<uint64_t>& seq_ids) {
+  for (uint64_t id : seq_ids) {
+    auto it = sequences_.find(id);
+    if (it == sequences_.end()) continue;
+    kv_bytes_used_ -= it->second->kv_bytes;
+    sequences_.erase(it);
+  }
+}
+
+}  // namespace layerpipe

@@ -1,0 +1,88 @@
+// One pipeline stage's compute: the sequences it holds (KV caches; on the last stage also token
+// history and samplers) and how a step frame runs through its layer range. Single-threaded: the
+// worker's compute thread is the only caller.
+#ifndef LAYERPIPE_WORKER_STAGE_H_
+#define LAYERPIPE_WORKER_STAGE_H_
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/cpu/thread_pool.h"
+#include "engine/kv_cache.h"
+#include "engine/layer_executor.h"
+#include "engine/precision.h"
+#include "engine/sampler.h"
+#include "engine/weights.h"
+#include "proto/layerpipe.pb.h"
+#include "worker/frame_check.h"
+
+namespace layerpipe {
+
+struct StageOptions {
+  int stage = 0;
+  bool first = false;  // embeds the ids
+  bool last = false;   // applies the head and samples
+  Precision precision = Precision::kBf16;
+  int64_t kv_budget_bytes = 0;
+};
+
+class Stage {
+ public:
+  // Rows of hidden states that go through the head together: the head streams the whole embedding
+  // matrix per call, while the logits of a block take rows × vocab floats (64 MiB for the real model).
+  static constexpr int64_t kHeadRowsPerCall = 64;
+
+  Stage(std::shared_ptr<const ModelWeights> weights, const StageOptions& options, ThreadPool& pool);
+
+  const StageOptions& options() const { return options_; }
+  StageShape shape() const;
+  // What this stage sends downstream: fp32 activations for fp32 precision, bf16 otherwise.
+  v1::HiddenDType wire_dtype() const;
+
+  // Runs a frame that passed CheckFrameContent; `hidden` is its decoded activations (ignored on the
+  // first stage). On success fills *forward (not last: the frame for the next stage) or *result (last).
+  // Refusals made before the layers run (unknown sequence, position mismatch, KV budget) leave every
+  // sequence as it was.
+  absl::Status Run(const v1::StepFrame& frame, std::vector<float> hidden, v1::StepFrame* forward,
+                   v1::StepResult* result);
+
+  // Frees the listed sequences; ids the stage does not hold are ignored.
+  void Release(const google::protobuf::RepeatedField<uint64_t>& seq_ids);
+
+  int64_t kv_bytes_used() const { return kv_bytes_used_; }
+  int sequences() const { return static_cast<int>(sequences_.size()); }
+  // Tokens the stage holds for a sequence; -1 when it holds none.
+  int64_t SequenceLength(uint64_t seq_id) const;
+
+ private:
+  struct Sequence {
+    std::unique_ptr<SequenceKv> kv;
+    int64_t kv_bytes = 0;
+    // Last stage only: every id the sequence has fed (prompt and generated tokens come back as
+    // slice ids), for the repetition penalty; and its sampler, made on first use.
+    std::vector<int32_t> history;
+    std::unique_ptr<Sampler> sampler;
+  };
+
+  // The per-slice SequenceKv to run, creating (but not yet keeping) new sequences.
+  absl::Status PrepareSequences(const v1::StepFrame& frame, std::vector<std::unique_ptr<Sequence>>* fresh,
+                                std::vector<Sequence*>* seqs) const;
+  absl::Status CheckKvBudget(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs) const;
+  // Logits, sampling and scores of the last stage.
+  void RunHead(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs, const float* hidden,
+               v1::StepResult* result);
+
+  std::shared_ptr<const ModelWeights> weights_;
+  StageOptions options_;
+  LayerRangeExecutor executor_;
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
+  int64_t kv_bytes_used_ = 0;
+  std::vector<float> logits_;
+};
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_WORKER_STAGE_H_

@@ -1,0 +1,319 @@
+#include "worker/worker_service.h"
+
+#include <chrono>
+#include <exception>
+#include <new>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/config.h"
+#include "worker/byte_size.h"
+#include "worker/frame_check.h"
+#include "worker/hidden_codec.h"
+
+namespace layerpipe {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& st) {
+  if (st.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message()));
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+WeightSelection SelectionOf(const v1::AssignRequest& r) {
+  return WeightSelection{r.layer_begin(), r.layer_end(), /*embedding=*/r.first(), /*head=*/r.last()};
+}
+
+bool SameWeights(const v1::AssignRequest& a, const v1::AssignRequest& b) {
+  return a.model_dir() == b.model_dir() && a.layer_begin() == b.layer_begin() && a.layer_end() == b.layer_end() &&
+         a.first() == b.first() && a.last() == b.last();
+}
+
+int64_t WeightBytes(const ModelWeights& w) {
+  int64_t bytes = 0;
+  for (int l = w.selection().layer_begin; l < w.selection().layer_end; ++l) bytes += w.LayerMatrixBytes(l);
+  if (w.selection().embedding || w.selection().head) bytes += w.embed_tokens().bytes();
+  return bytes;
+}
+
+// Everything about an AssignRequest that can be refused without reading weights.
+absl::Status CheckAssign(const v1::AssignRequest& r, const ModelConfig& config) {
+  const int layers = config.num_layers;
+  if (r.layer_begin() < 0 || r.layer_end() > layers || r.layer_begin() >= r.layer_end()) {
+    return absl::InvalidArgumentError(absl::StrCat("layer range [", r.layer_begin(), ", ", r.layer_end(),
+                                                   ") is not a non-empty range within the model's ", layers,
+                                                   " layers"));
+  }
+  if (r.first() != (r.layer_begin() == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("the first stage must start at layer 0 and only it may; got first=",
+                                                   r.first(), " with layer_begin ", r.layer_begin()));
+  }
+  if (r.last() != (r.layer_end() == layers)) {
+    return absl::InvalidArgumentError(absl::StrCat("the last stage must end at layer ", layers,
+                                                   " and only it may; got last=", r.last(), " with layer_end ",
+                                                   r.layer_end()));
+  }
+  if (!r.last() && r.next_address().empty()) {
+    return absl::InvalidArgumentError("next_address is required for every stage but the last");
+  }
+  if (r.coordinator_address().empty()) {
+    return absl::InvalidArgumentError("coordinator_address is required (results and step errors go there)");
+  }
+  if (r.kv_budget_bytes() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_budget_bytes ", r.kv_budget_bytes(), " is negative"));
+  }
+  if (r.stage() < 0) return absl::InvalidArgumentError(absl::StrCat("stage ", r.stage(), " is negative"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+WorkerService::WorkerService(const WorkerOptions& options)
+    : options_(options),
+      worker_kv_budget_(options.kv_budget_bytes > 0 ? options.kv_budget_bytes : DefaultKvBudgetBytes()),
+      pool_(options.threads),
+      outbox_(options.outbox),
+      compute_([this] { ComputeLoop(); }) {}
+
+WorkerService::~WorkerService() { Stop(); }
+
+void WorkerService::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (compute_.joinable()) compute_.join();
+  }
+  outbox_.Stop();
+}
+
+// ------------------------------------------------------------------------------------------ control
+
+absl::StatusOr<std::shared_ptr<const ModelWeights>> WorkerService::WeightsFor(const v1::AssignRequest& request,
+                                                                              const ModelConfig& config) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (assignment_ && SameWeights(assignment_->request, request)) return assignment_->weights;
+  }
+  auto loaded = ModelWeights::Load(request.model_dir(), config, SelectionOf(request));
+  if (!loaded.ok()) return loaded.status();
+  return std::shared_ptr<const ModelWeights>(std::move(*loaded));
+}
+
+absl::Status WorkerService::DoAssign(const v1::AssignRequest& in, v1::AssignResponse* response) {
+  v1::AssignRequest request = in;
+  if (request.model_dir().empty()) request.set_model_dir(options_.default_model_dir);
+  if (request.model_dir().empty()) {
+    return absl::InvalidArgumentError("model_dir is empty and the worker was started without --model");
+  }
+  if (request.precision().empty()) request.set_precision("bf16");
+  Precision precision;
+  if (!ParsePrecision(request.precision(), &precision)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("precision \"", request.precision(), "\" is neither \"bf16\" nor \"fp32\""));
+  }
+  auto config = LoadModelConfig(request.model_dir());
+  if (!config.ok()) return config.status();
+  if (auto st = CheckAssign(request, *config); !st.ok()) return st;
+  auto weights = WeightsFor(request, *config);
+  if (!weights.ok()) return weights.status();
+
+  auto a = std::make_shared<Assignment>();
+  a->epoch = request.epoch();
+  a->request = request;
+  a->weights = *weights;
+  StageOptions so;
+  so.stage = request.stage();
+  so.first = request.first();
+  so.last = request.last();
+  so.precision = precision;
+  // The coordinator may ask for less than the worker's own limit, never more.
+  so.kv_budget_bytes = request.kv_budget_bytes() > 0 ? std::min(request.kv_budget_bytes(), worker_kv_budget_)
+                                                     : worker_kv_budget_;
+  a->stage = std::make_unique<Stage>(a->weights, so, pool_);
+  if (!request.last()) a->next = v1::Worker::NewStub(MakeChannel(request.next_address()));
+  a->sink = v1::StepSink::NewStub(MakeChannel(request.coordinator_address()));
+
+  std::shared_ptr<Assignment> old;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopping_) return absl::UnavailableError("the worker is shutting down");
+    // The running step (of the old epoch) finishes first; no new one starts meanwhile.
+    assigning_ = true;
+    cv_.wait(lock, [this] { return !busy_; });
+    old = std::move(assignment_);
+    assignment_ = a;
+    sequencer_.Reset();
+    kv_bytes_used_ = 0;
+    sequences_ = 0;
+    outbox_.SetEpoch(a->epoch);
+    assigning_ = false;
+    cv_.notify_all();
+  }
+  response->set_kv_capacity_bytes(so.kv_budget_bytes);
+  response->set_weight_bytes(WeightBytes(*a->weights));
+  return absl::OkStatus();
+}
+
+grpc::Status WorkerService::Assign(grpc::ServerContext*, const v1::AssignRequest* request,
+                                   v1::AssignResponse* response) {
+  std::lock_guard<std::mutex> lock(assign_mu_);
+  return ToGrpc(DoAssign(*request, response));
+}
+
+grpc::Status WorkerService::Status(grpc::ServerContext*, const v1::WorkerStatusRequest*, v1::WorkerStatus* response) {
+  std::lock_guard<std::mutex> lock(mu_);
+  response->set_assigned(assignment_ != nullptr);
+  if (assignment_) {
+    response->set_epoch(assignment_->epoch);
+    response->set_layer_begin(assignment_->request.layer_begin());
+    response->set_layer_end(assignment_->request.layer_end());
+    response->set_kv_capacity_bytes(assignment_->stage->options().kv_budget_bytes);
+  } else {
+    response->set_kv_capacity_bytes(worker_kv_budget_);
+  }
+  response->set_kv_bytes_used(kv_bytes_used_);
+  response->set_sequences(sequences_);
+  response->set_compute_ms_total(compute_ms_total_);
+  response->set_transfer_ms_total(outbox_.transfer_ms_total());
+  response->set_steps(steps_);
+  return grpc::Status::OK;
+}
+
+// --------------------------------------------------------------------------------------------- data
+
+grpc::Status WorkerService::Step(grpc::ServerContext*, const v1::StepFrame* request, v1::StepAck*) {
+  return ToGrpc(AcceptStep(*request));
+}
+
+absl::Status WorkerService::AcceptStep(const v1::StepFrame& frame) {
+  const uint64_t id = frame.step_id();
+  auto stale = [&](uint64_t serving) {
+    return absl::FailedPreconditionError(absl::StrCat("step ", id, " belongs to epoch ", frame.epoch(),
+                                                      " but the worker serves epoch ", serving));
+  };
+  std::shared_ptr<Assignment> a;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return absl::UnavailableError("the worker is shutting down");
+    if (!assignment_) return absl::FailedPreconditionError("the worker has no layer range assigned yet");
+    if (frame.epoch() != assignment_->epoch) return stale(assignment_->epoch);
+    if (auto st = sequencer_.Check(id); !st.ok()) return st;
+    a = assignment_;
+  }
+
+  // Checked and decoded outside the lock: frames can be large.
+  QueuedStep step;
+  step.frame.set_epoch(frame.epoch());
+  step.frame.set_step_id(id);
+  *step.frame.mutable_slices() = frame.slices();
+  *step.frame.mutable_release() = frame.release();
+  int64_t rows = 0;
+  absl::Status content = CheckFrameContent(frame, a->stage->shape(), &rows);
+  if (content.ok() && !a->stage->options().first) {
+    auto hidden = DecodeHidden(frame.hidden_dtype(), frame.hidden(), rows, a->stage->shape().hidden_size);
+    if (hidden.ok()) {
+      step.hidden = std::move(*hidden);
+    } else {
+      content = hidden.status();
+    }
+  }
+  if (!content.ok()) {
+    step.refused = true;
+    step.frame.clear_slices();
+    step.hidden.clear();
+  }
+
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return absl::UnavailableError("the worker is shutting down");
+    if (assignment_ != a) return stale(assignment_->epoch);
+    if (auto st = sequencer_.Check(id); !st.ok()) return st;  // a concurrent duplicate won
+    sequencer_.Add(id, std::move(step));
+    cv_.notify_all();
+  }
+  if (!content.ok()) {
+    return absl::Status(content.code(), absl::StrCat("step ", id, " refused: ", content.message()));
+  }
+  return absl::OkStatus();
+}
+
+void WorkerService::ComputeLoop() {
+  for (;;) {
+    std::shared_ptr<Assignment> a;
+    QueuedStep step;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || (!assigning_ && assignment_ && sequencer_.Ready()); });
+      if (stopping_) return;
+      step = sequencer_.Pop();
+      a = assignment_;
+      busy_ = true;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    RunStep(*a, std::move(step));
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+    compute_ms_total_ += ms;
+    ++steps_;
+    kv_bytes_used_ = a->stage->kv_bytes_used();
+    sequences_ = a->stage->sequences();
+    cv_.notify_all();
+  }
+}
+
+void WorkerService::RunStep(Assignment& a, QueuedStep step) {
+  Stage& stage = *a.stage;
+  const StageOptions& so = stage.options();
+  const v1::StepFrame& frame = step.frame;
+  v1::StepFrame forward;
+  v1::StepResult result;
+  absl::Status st;
+  if (!step.refused) {
+    // A step must never take the worker down: an allocation that fails ends this step only.
+    try {
+      st = stage.Run(frame, std::move(step.hidden), &forward, &result);
+    } catch (const std::bad_alloc&) {
+      st = absl::ResourceExhaustedError("out of memory while running the step");
+    } catch (const std::exception& e) {
+      st = absl::InternalError(absl::StrCat("the step failed: ", e.what()));
+    }
+  }
+  stage.Release(frame.release());
+
+  if (!st.ok()) {
+    v1::StepResult failure;
+    failure.set_epoch(frame.epoch());
+    failure.set_step_id(frame.step_id());
+    failure.set_stage(so.stage);
+    failure.set_error_code(static_cast<int>(st.code()));
+    failure.set_error(absl::StrCat("stage ", so.stage, ", step ", frame.step_id(), ": ", st.message()));
+    outbox_.Report(a.sink, std::move(failure));
+  }
+  if (!so.last) {
+    if (step.refused || !st.ok()) {
+      // The step goes on without its slices, so the later stages keep their order and free the
+      // released sequences too.
+      forward.Clear();
+      forward.set_epoch(frame.epoch());
+      forward.set_step_id(frame.step_id());
+      *forward.mutable_release() = frame.release();
+      forward.set_hidden_dtype(stage.wire_dtype());
+    }
+    outbox_.Forward(a.next, a.sink, so.stage, std::move(forward));
+  } else if (st.ok() && !step.refused && frame.slices_size() > 0) {
+    outbox_.Report(a.sink, std::move(result));
+  }
+}
+
+}  // namespace layerpipe

@@ -1,0 +1,96 @@
+// The Worker gRPC service: control (Assign, Status) and data (Step). Step only checks and queues a
+// frame; one compute thread runs the queued steps of the current epoch in step_id order, and an
+// Outbox sends what they produce.
+#ifndef LAYERPIPE_WORKER_WORKER_SERVICE_H_
+#define LAYERPIPE_WORKER_WORKER_SERVICE_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/cpu/thread_pool.h"
+#include "engine/weights.h"
+#include "proto/layerpipe.grpc.pb.h"
+#include "worker/outbox.h"
+#include "worker/stage.h"
+#include "worker/step_sequencer.h"
+
+namespace layerpipe {
+
+// Largest gRPC message a worker takes or sends: a frame of kMaxRowsPerFrame fp32 rows of the real
+// model is 120 MiB.
+inline constexpr int kMaxMessageBytes = 256 << 20;
+
+struct WorkerOptions {
+  std::string listen_address = "127.0.0.1:0";
+  // Used when an AssignRequest leaves model_dir empty.
+  std::string default_model_dir;
+  int threads = 0;              // compute threads; 0: LAYERPIPE_THREADS or all cores
+  int64_t kv_budget_bytes = 0;  // 0: half the physical memory
+  OutboxOptions outbox;
+};
+
+class WorkerService final : public v1::Worker::Service {
+ public:
+  explicit WorkerService(const WorkerOptions& options);
+  ~WorkerService() override;
+
+  grpc::Status Assign(grpc::ServerContext* ctx, const v1::AssignRequest* request,
+                      v1::AssignResponse* response) override;
+  grpc::Status Status(grpc::ServerContext* ctx, const v1::WorkerStatusRequest* request,
+                      v1::WorkerStatus* response) override;
+  grpc::Status Step(grpc::ServerContext* ctx, const v1::StepFrame* request, v1::StepAck* response) override;
+
+  // Ends the compute and send threads; later RPCs are refused. Idempotent.
+  void Stop();
+
+ private:
+  // Everything one Assign set up; replaced whole by the next.
+  struct Assignment {
+    uint64_t epoch = 0;
+    v1::AssignRequest request;  // with model_dir resolved
+    std::shared_ptr<const ModelWeights> weights;
+    std::unique_ptr<Stage> stage;
+    std::shared_ptr<v1::Worker::StubInterface> next;
+    std::shared_ptr<v1::StepSink::StubInterface> sink;
+  };
+
+  absl::StatusOr<std::shared_ptr<const ModelWeights>> WeightsFor(const v1::AssignRequest& request,
+                                                                 const ModelConfig& config);
+  absl::Status DoAssign(const v1::AssignRequest& request, v1::AssignResponse* response);
+  absl::Status AcceptStep(const v1::StepFrame& frame);
+  void ComputeLoop();
+  void RunStep(Assignment& a, QueuedStep step);
+
+  const WorkerOptions options_;
+  const int64_t worker_kv_budget_;
+  ThreadPool pool_;
+  Outbox outbox_;
+
+  std::mutex assign_mu_;  // one Assign at a time (loading can take long; Step keeps flowing meanwhile)
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<Assignment> assignment_;  // null until the first Assign
+  StepSequencer sequencer_;
+  bool stopping_ = false;
+  bool assigning_ = false;  // an Assign waits for the compute thread to go idle
+  bool busy_ = false;       // the compute thread is running a step
+  // Mirrors of the stage's state for Status (the stage belongs to the compute thread).
+  int64_t kv_bytes_used_ = 0;
+  int sequences_ = 0;
+  double compute_ms_total_ = 0;
+  int64_t steps_ = 0;
+
+  std::mutex stop_mu_;  // Stop() may be called from several threads
+  std::thread compute_;
+};
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_WORKER_WORKER_SERVICE_H_
