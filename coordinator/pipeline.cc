@@ -157,9 +157,9 @@ void Pipeline::Cancel(const std::shared_ptr<Request>& r) {
     if (r->state == RequestState::kQueued) {
       queue_.erase(std::remove(queue_.begin(), queue_.end(), r), queue_.end());
       Finish(*r, "cancelled", absl::OkStatus());
-    } else if (!r->in_flight) {
+    } else if (r->in_flight == 0) {
       Finish(*r, "cancelled", absl::OkStatus());
-    }  // else: finished when its step comes back
+    }  // else: finished when its steps come back
   }
   wake_.notify_all();
 }
@@ -173,7 +173,7 @@ void Pipeline::Finish(Request& r, const std::string& reason, absl::Status error)
   r.finished = Clock::now();
   if (was_admitted) {
     for (size_t s = 0; s < stages_.size(); ++s) stages_[s].kv_reserved -= r.kv_reserved[s];
-    if (r.fed > 0 || r.in_flight) pending_release_.push_back(r.id);
+    if (r.sent > 0) pending_release_.push_back(r.id);
     running_.erase(std::remove_if(running_.begin(), running_.end(),
                                   [&](const std::shared_ptr<Request>& p) { return p.get() == &r; }),
                    running_.end());
@@ -192,25 +192,27 @@ void Pipeline::OnStepDone(const v1::StepResult& result) {
 
 bool Pipeline::BuildStep(v1::StepFrame* frame, InFlightStep* step) {
   if (in_flight_.size() >= stages_.size()) return false;
-  std::vector<Request*> picked;
+  std::vector<std::shared_ptr<Request>> picked;
   std::vector<int64_t> counts;
-  // Decode tokens of every ready sequence.
+  // Decode tokens of every ready sequence (a decode token needs the previous one's sample back).
   for (auto& rp : running_) {
     Request& r = *rp;
-    if (r.in_flight || r.done() || r.state != RequestState::kDecoding) continue;
+    if (r.in_flight > 0 || r.done() || r.state != RequestState::kDecoding || r.sent == r.known()) continue;
     if (static_cast<int>(picked.size()) >= opt_.max_batch) break;
-    picked.push_back(&r);
-    counts.push_back(r.known() - r.fed);
+    picked.push_back(rp);
+    counts.push_back(r.known() - r.sent);
   }
   // At most one prefill chunk per step, taken round-robin so a long prompt cannot starve short ones.
-  std::vector<Request*> prefilling;
+  // Chunks of one prompt may follow each other down the pipe: chunk c+1 runs on stage 0 while chunk c
+  // runs on stage 1 (every stage runs steps in order, so the KV stays consistent).
+  std::vector<std::shared_ptr<Request>> prefilling;
   for (auto& rp : running_) {
-    if (!rp->in_flight && !rp->done() && rp->state == RequestState::kPrefilling) prefilling.push_back(rp.get());
+    if (!rp->done() && rp->state == RequestState::kPrefilling && rp->sent < rp->known()) prefilling.push_back(rp);
   }
   if (!prefilling.empty()) {
-    Request* r = prefilling[prefill_rr_++ % prefilling.size()];
+    std::shared_ptr<Request> r = prefilling[prefill_rr_++ % prefilling.size()];
     picked.push_back(r);
-    counts.push_back(std::min<int64_t>(opt_.prefill_chunk, r->known() - r->fed));
+    counts.push_back(std::min<int64_t>(opt_.prefill_chunk, r->known() - r->sent));
   }
   if (picked.empty() && pending_release_.empty()) return false;
 
@@ -226,13 +228,13 @@ bool Pipeline::BuildStep(v1::StepFrame* frame, InFlightStep* step) {
     const int64_t n = counts[i];
     v1::StepSlice* s = frame->add_slices();
     s->set_seq_id(r.id);
-    s->set_pos0(r.fed);
-    for (int64_t p = r.fed; p < r.fed + n; ++p) s->add_ids(r.token_at(p));
-    const bool reaches_end = r.fed + n == r.known();
+    s->set_pos0(r.sent);
+    for (int64_t p = r.sent; p < r.sent + n; ++p) s->add_ids(r.token_at(p));
+    const bool reaches_end = r.sent + n == r.known();
     if (r.kind == RequestKind::kGenerate) {
       s->set_sample(reaches_end);
       s->set_top_logprobs(r.top_logprobs);
-      if (r.fed == 0) {
+      if (r.sent == 0) {
         *s->mutable_sampling() = r.sampling_proto;
         // A replayed sequence resumes its RNG where it stopped (one draw per sampled token).
         if (r.sampling.temperature > 0) s->set_rng_skip(static_cast<int64_t>(r.generated.size()));
@@ -240,16 +242,13 @@ bool Pipeline::BuildStep(v1::StepFrame* frame, InFlightStep* step) {
     } else {
       s->set_score(true);
       s->set_return_logits(r.return_logits);
-      s->set_next_id(reaches_end ? -1 : r.token_at(r.fed + n));
+      s->set_next_id(reaches_end ? -1 : r.token_at(r.sent + n));
     }
-    r.in_flight = true;
+    r.sent += n;
+    ++r.in_flight;
     step->counts.push_back(n);
   }
-  for (Request* r : picked) {
-    for (auto& rp : running_) {
-      if (rp.get() == r) step->requests.push_back(rp);
-    }
-  }
+  step->requests = std::move(picked);
   return true;
 }
 
@@ -290,7 +289,7 @@ void Pipeline::ApplyResult(const v1::StepResult& res) {
     if (code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kResourceExhausted ||
         code == absl::StatusCode::kOutOfRange) {
       for (auto& r : step.requests) {
-        r->in_flight = false;
+        --r->in_flight;
         Finish(*r, "error", absl::Status(code, msg));
       }
     } else {
@@ -302,7 +301,7 @@ void Pipeline::ApplyResult(const v1::StepResult& res) {
   for (const auto& s : res.results()) by_seq[s.seq_id()] = &s;
   for (size_t i = 0; i < step.requests.size(); ++i) {
     Request& r = *step.requests[i];
-    r.in_flight = false;
+    --r.in_flight;
     if (r.done()) continue;
     r.fed += step.counts[i];
     auto found = by_seq.find(r.id);
@@ -321,7 +320,7 @@ void Pipeline::ApplyResult(const v1::StepResult& res) {
       r.logits.insert(r.logits.end(), s.logits().begin(), s.logits().end());
       if (r.fed == r.known()) Finish(r, "stop", absl::OkStatus());
     }
-    if (r.cancel_requested && !r.done()) Finish(r, "cancelled", absl::OkStatus());
+    if (r.cancel_requested && r.in_flight == 0 && !r.done()) Finish(r, "cancelled", absl::OkStatus());
   }
   updated_.notify_all();
 }
@@ -339,7 +338,8 @@ void Pipeline::Recover(std::unique_lock<std::mutex>& lock, const std::string& wh
     pending_release_.clear();  // a new epoch drops every sequence on every worker
     for (auto& r : running_) {
       r->fed = 0;
-      r->in_flight = false;
+      r->sent = 0;
+      r->in_flight = 0;
       r->state = RequestState::kPrefilling;  // replay prompt + generated tokens
       r->score_logprobs.clear();
       r->logits.clear();

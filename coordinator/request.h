@@ -40,8 +40,9 @@ struct Request {
 
   // Progress.
   RequestState state = RequestState::kQueued;
-  int64_t fed = 0;         // positions the pipeline's KV holds
-  bool in_flight = false;  // part of a step on its way through the pipeline
+  int64_t fed = 0;    // positions the pipeline's KV holds (steps that came back)
+  int64_t sent = 0;   // positions sent down the pipe (fed + those in flight)
+  int in_flight = 0;  // steps carrying this sequence on their way through the pipeline
   bool cancel_requested = false;
   std::vector<int32_t> generated;
   std::vector<v1::TokenInfo> tokens;  // one per generated id

@@ -47,7 +47,7 @@ absl::Status CheckSlice(const v1::StepSlice& s, const StageShape& shape) {
 }  // namespace
 
 absl::Status CheckFrameContent(const v1::StepFrame& frame, const StageShape& shape, int64_t* rows) {
-  int64_t total = 0;
+  int64_t total = 0, logits = 0;
   std::unordered_set<uint64_t> seen;
   for (int i = 0; i < frame.slices_size(); ++i) {
     const v1::StepSlice& s = frame.slices(i);
@@ -56,6 +56,11 @@ absl::Status CheckFrameContent(const v1::StepFrame& frame, const StageShape& sha
     }
     if (auto st = CheckSlice(s, shape); !st.ok()) return SliceError(i, s.seq_id(), st);
     total += s.ids_size();
+    if (s.return_logits()) logits += s.ids_size() * shape.vocab_size;
+  }
+  if (logits > kMaxReturnedLogits) {
+    return absl::InvalidArgumentError(absl::StrCat("return_logits asks for ", logits, " logit values; at most ",
+                                                   kMaxReturnedLogits, " fit in one step"));
   }
   if (total > kMaxRowsPerFrame) {
     return absl::InvalidArgumentError(

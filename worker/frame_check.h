@@ -24,6 +24,9 @@ struct StageShape {
 // the worker allocate (8192 × 3840 floats = 120 MiB).
 inline constexpr int64_t kMaxRowsPerFrame = 8192;
 inline constexpr int kMaxTopLogprobs = 20;
+// Logit values (rows × vocab) a frame's return_logits slices may ask for: 256 MiB of floats, 256 rows
+// of the real vocabulary (the coordinator's limit for a whole request), which fits in a message.
+inline constexpr int64_t kMaxReturnedLogits = int64_t{64} << 20;
 
 // InvalidArgument (OutOfRange for positions past the model's limit) naming the slice and field.
 // On success *rows is the frame's total token count. The hidden block is checked by DecodeHidden.

@@ -46,9 +46,9 @@ absl::StatusOr<std::vector<float>> DecodeHidden(v1::HiddenDType dtype, const std
 void EncodeHidden(const float* hidden, int64_t rows, int64_t hidden_size, v1::HiddenDType dtype, std::string* out) {
   const int64_t values = rows * hidden_size;
   if (dtype == v1::HIDDEN_BF16) {
-    std::vector<uint16_t> packed(static_cast<size_t>(values));
-    F32ToBf16Row(hidden, packed.data(), values);
-    out->assign(reinterpret_cast<const char*>(packed.data()), packed.size() * sizeof(uint16_t));
+    // Written in place: a string's heap buffer is suitably aligned for uint16_t.
+    out->resize(static_cast<size_t>(values) * sizeof(uint16_t));
+    F32ToBf16Row(hidden, reinterpret_cast<uint16_t*>(out->data()), values);
     return;
   }
   out->assign(reinterpret_cast<const char*>(hidden), static_cast<size_t>(values) * sizeof(float));

@@ -19,7 +19,10 @@ StageShape Stage::shape() const {
 }
 
 v1::HiddenDType Stage::wire_dtype() const {
-  return options_.precision == Precision::kFp32 ? v1::HIDDEN_F32 : v1::HIDDEN_BF16;
+  // The engine keeps the residual stream in fp32 in both precisions; rounding it at a stage boundary
+  // would make a split pipeline differ from one process. A token's hidden row is 15 KB at 12B, small
+  // next to the weights a step streams, so exactness wins.
+  return v1::HIDDEN_F32;
 }
 
 int64_t Stage::SequenceLength(uint64_t seq_id) const {

@@ -39,7 +39,7 @@ class Stage {
 
   const StageOptions& options() const { return options_; }
   StageShape shape() const;
-  // What this stage sends downstream: fp32 activations for fp32 precision, bf16 otherwise.
+  // What this stage sends downstream: always fp32 (see stage.cc). Receivers accept bf16 too.
   v1::HiddenDType wire_dtype() const;
 
   // Runs a frame that passed CheckFrameContent; `hidden` is its decoded activations (ignored on the

@@ -16,9 +16,10 @@ namespace layerpipe {
 struct QueuedStep {
   v1::StepFrame frame;        // everything but `hidden`
   std::vector<float> hidden;  // decoded activations; empty into the first stage
-  // The frame was refused when it arrived (the sender got the error). It still takes its place in
-  // the order, as an empty step that only releases, so later steps are not held back forever.
-  bool refused = false;
+  // Not OK: the frame was refused when it arrived (the sender got this error too). It still takes its
+  // place in the order, as a step without slices that only releases, so later steps are not held
+  // back forever.
+  absl::Status refusal;
 };
 
 class StepSequencer {

@@ -28,6 +28,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s->port_);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // gRPC sets SO_REUSEPORT by default: a second worker on the same port would then share it and get
+  // some of the first one's frames. Refuse the port instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(s->service_.get());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {

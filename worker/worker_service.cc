@@ -77,7 +77,7 @@ absl::Status CheckAssign(const v1::AssignRequest& r, const ModelConfig& config) 
 WorkerService::WorkerService(const WorkerOptions& options)
     : options_(options),
       worker_kv_budget_(options.kv_budget_bytes > 0 ? options.kv_budget_bytes : DefaultKvBudgetBytes()),
-      pool_(options.threads),
+      pool_(options.threads > 0 ? options.threads : DefaultThreadCount()),
       outbox_(options.outbox),
       compute_([this] { ComputeLoop(); }) {}
 
@@ -228,7 +228,9 @@ absl::Status WorkerService::AcceptStep(const v1::StepFrame& frame) {
     }
   }
   if (!content.ok()) {
-    step.refused = true;
+    content = absl::Status(content.code(), absl::StrCat("stage ", a->stage->options().stage, " refused step ", id,
+                                                        ": ", content.message()));
+    step.refusal = content;
     step.frame.clear_slices();
     step.hidden.clear();
   }
@@ -241,10 +243,7 @@ absl::Status WorkerService::AcceptStep(const v1::StepFrame& frame) {
     sequencer_.Add(id, std::move(step));
     cv_.notify_all();
   }
-  if (!content.ok()) {
-    return absl::Status(content.code(), absl::StrCat("step ", id, " refused: ", content.message()));
-  }
-  return absl::OkStatus();
+  return content;
 }
 
 void WorkerService::ComputeLoop() {
@@ -278,8 +277,9 @@ void WorkerService::RunStep(Assignment& a, QueuedStep step) {
   const v1::StepFrame& frame = step.frame;
   v1::StepFrame forward;
   v1::StepResult result;
-  absl::Status st;
-  if (!step.refused) {
+  absl::Status st = step.refusal;
+  const bool refused = !st.ok();
+  if (!refused) {
     // A step must never take the worker down: an allocation that fails ends this step only.
     try {
       st = stage.Run(frame, std::move(step.hidden), &forward, &result);
@@ -297,11 +297,12 @@ void WorkerService::RunStep(Assignment& a, QueuedStep step) {
     failure.set_step_id(frame.step_id());
     failure.set_stage(so.stage);
     failure.set_error_code(static_cast<int>(st.code()));
-    failure.set_error(absl::StrCat("stage ", so.stage, ", step ", frame.step_id(), ": ", st.message()));
+    failure.set_error(refused ? std::string(st.message())
+                              : absl::StrCat("stage ", so.stage, ", step ", frame.step_id(), ": ", st.message()));
     outbox_.Report(a.sink, std::move(failure));
   }
   if (!so.last) {
-    if (step.refused || !st.ok()) {
+    if (!st.ok()) {
       // The step goes on without its slices, so the later stages keep their order and free the
       // released sequences too.
       forward.Clear();
@@ -311,7 +312,7 @@ void WorkerService::RunStep(Assignment& a, QueuedStep step) {
       forward.set_hidden_dtype(stage.wire_dtype());
     }
     outbox_.Forward(a.next, a.sink, so.stage, std::move(forward));
-  } else if (st.ok() && !step.refused && frame.slices_size() > 0) {
+  } else if (st.ok()) {
     outbox_.Report(a.sink, std::move(result));
   }
 }

@@ -1,6 +1,22 @@
 // The Worker gRPC service: control (Assign, Status) and data (Step). Step only checks and queues a
 // frame; one compute thread runs the queued steps of the current epoch in step_id order, and an
-// Outbox sends what they produce.
+// Outbox sends what they produce, in order.
+//
+// What the coordinator can rely on:
+// - Every step of an epoch yields a StepDone. The last stage sends it on success, with a SliceResult
+//   for each slice that samples, scores or returns logits (none for a frame that only releases).
+// - A step that fails at a stage (refused on arrival for its content, or failed when run: position
+//   mismatch, unknown sequence, KV budget, ...) makes that stage send a StepDone with error,
+//   error_code and stage. The stage still frees the frame's releases and passes a frame with the same
+//   step_id and releases but no slices down the pipe, so later stages keep their order; the last
+//   stage then sends an empty StepDone for it. The error is always sent first (the stage's outbox
+//   delivers it before the hand-off), so "the first StepDone of a step decides" is safe.
+// - A frame refused on arrival has used up its step_id (ALREADY_EXISTS if sent again). Frames of
+//   another epoch (FAILED_PRECONDITION), step_id 0 or too far ahead, and duplicates are refused
+//   without using an id.
+// - A hand-off the next stage refuses, or cannot take within the retry window, is reported as an
+//   error blamed on the next stage. After an unreachable next stage, later stages never see that
+//   step: the coordinator has to assign a new epoch.
 #ifndef LAYERPIPE_WORKER_WORKER_SERVICE_H_
 #define LAYERPIPE_WORKER_WORKER_SERVICE_H_
 
@@ -23,8 +39,8 @@
 namespace layerpipe {
 
 // Largest gRPC message a worker takes or sends: a frame of kMaxRowsPerFrame fp32 rows of the real
-// model is 120 MiB.
-inline constexpr int kMaxMessageBytes = 256 << 20;
+// model is 120 MiB, a result with kMaxReturnedLogits logits 256 MiB.
+inline constexpr int kMaxMessageBytes = 512 << 20;
 
 struct WorkerOptions {
   std::string listen_address = "127.0.0.1:0";

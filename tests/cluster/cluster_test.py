@@ -55,7 +55,7 @@ PROMPTS = [
     ["--ids", "2,818,5279,529,9405,563,1037,7001,10969,236761,1018,3925"],
 ]
 NEW_TOKENS = 24
-LONG_TOKENS = 1500         # long enough to be mid-generation when a worker is killed
+LONG_TOKENS = 800          # long enough to be mid-generation when a worker is killed
 RECOVERY_DEADLINE = 6      # seconds (coordinator --recovery-deadline) in the lost-worker test
 SCORE_IDS = [2, 818, 5279, 529, 9405, 563, 1037, 7001, 10969, 236761, 1018, 3925, 12, 3000, 77, 90]
 
@@ -265,7 +265,7 @@ class Cluster:
         argv = [os.path.join(env.bin, "layerpipe-coordinator"), "--listen", "127.0.0.1:0", "--model", env.model,
                 "--workers", ",".join(self.addresses), "--precision", precision]
         if layer_split:
-            argv += ["--layer-split", layer_split]
+            argv += ["--layer_split", layer_split]   # absl's spelling, which works with or without dashes
         argv += coordinator_flags
         self.coordinator = env.start(argv, "coordinator")
         self.address = self.coordinator.wait_listening()
@@ -321,6 +321,7 @@ def test_greedy_matches_local_across_splits(env):
         (2, "0-4,5-5", "fp32"),        # the last full layer alone
         (3, "0-1,2-2,3-5", "fp32"),    # the first full layer alone in the middle stage
         (4, "0-0,1-1,2-4,5-5", "fp32"),
+        (1, None, "bf16"),
         (2, None, "bf16"),
         (3, "0-1,2-2,3-5", "bf16"),
     ]
@@ -520,7 +521,7 @@ def test_worker_restart_replays(env):
 def test_worker_lost_gives_unavailable(env):
     """kill -9 of a worker that does not come back: the client gets UNAVAILABLE once the coordinator's
     recovery deadline has passed."""
-    with Cluster(env, 2, "fp32", coordinator_flags=["--recovery-deadline", f"{RECOVERY_DEADLINE}s"]) as c:
+    with Cluster(env, 2, "fp32", coordinator_flags=["--recovery_deadline", f"{RECOVERY_DEADLINE}s"]) as c:
         _, client = start_long_generation(env, c)
         c.workers[1].kill_group(signal.SIGKILL)
         t0 = time.monotonic()

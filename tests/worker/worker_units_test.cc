@@ -159,6 +159,17 @@ TEST(FrameCheck, RefusesEachBadField) {
     EXPECT_EQ(code(f), absl::StatusCode::kInvalidArgument);
   }
   {
+    const StageShape big_vocab{96, 262144, 4096, true};
+    v1::StepFrame f = OneSlice(std::vector<int32_t>(257, 7));
+    f.mutable_slices(0)->set_return_logits(true);
+    const absl::Status st = CheckFrameContent(f, big_vocab, &rows);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("return_logits"), absl::string_view::npos) << st;
+    f = OneSlice(std::vector<int32_t>(256, 7));
+    f.mutable_slices(0)->set_return_logits(true);
+    EXPECT_TRUE(CheckFrameContent(f, big_vocab, &rows).ok());
+  }
+  {
     const StageShape long_context{96, 300, 1 << 20, true};
     v1::StepFrame f = OneSlice(std::vector<int32_t>(kMaxRowsPerFrame + 1, 7));
     EXPECT_EQ(CheckFrameContent(f, long_context, &rows).code(), absl::StatusCode::kInvalidArgument);
