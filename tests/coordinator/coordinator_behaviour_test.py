@@ -1,0 +1,199 @@
+#!/usr/bin/python3
+"""Coordinator behaviour that needs real processes: KV admission, cancel freeing KV on every stage,
+a long prompt not starving short requests, and a hung worker caught by deadlines.
+
+  coordinator_behaviour_test.py --bin build/bin --src . --work DIR
+"""
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import grpc
+
+ARGS = None
+pb = None
+
+
+def load_pb():
+    out = tempfile.mkdtemp(prefix="layerpipe_pb_")
+    subprocess.run(["protoc", f"--proto_path={ARGS.src}", f"--python_out={out}",
+                    f"{ARGS.src}/proto/layerpipe.proto"], check=True)
+    sys.path.insert(0, out)
+    from proto import layerpipe_pb2  # noqa: E402
+    return layerpipe_pb2
+
+
+def read_address(proc, what, timeout=60):
+    deadline = time.time() + timeout
+    line = ""
+    while time.time() < deadline and "listening on" not in line:
+        line = proc.stdout.readline().decode()
+        if not line and proc.poll() is not None:
+            break
+    if "listening on" not in line:
+        raise RuntimeError(f"{what} did not start")
+    return line.split()[-1]
+
+
+class Cluster:
+    """Workers and a coordinator on 127.0.0.1 with ephemeral ports; killed on close."""
+
+    def __init__(self, model, workers=2, kv_budget=None, coordinator_flags=()):
+        self.procs = []
+        self.workers = []
+        for _ in range(workers):
+            cmd = [f"{ARGS.bin}/layerpipe-worker", "--listen", "127.0.0.1:0", "--threads", "1"]
+            if kv_budget:
+                cmd += ["--kv-budget", kv_budget]
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            self.procs.append(p)
+            self.workers.append((p, read_address(p, "worker")))
+        self.coordinator = subprocess.Popen(
+            [f"{ARGS.bin}/layerpipe-coordinator", "--listen", "127.0.0.1:0", "--model", model,
+             "--workers", ",".join(a for _, a in self.workers), *coordinator_flags],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.procs.append(self.coordinator)
+        self.address = read_address(self.coordinator, "coordinator")
+        self.channel = grpc.insecure_channel(self.address)
+
+    def unary(self, method, request, response_type, timeout=60):
+        call = self.channel.unary_unary(f"/layerpipe.v1.LayerPipe/{method}",
+                                        request_serializer=type(request).SerializeToString,
+                                        response_deserializer=response_type.FromString)
+        return call(request, timeout=timeout)
+
+    def generate(self, ids, new_tokens, timeout=120):
+        call = self.channel.unary_stream("/layerpipe.v1.LayerPipe/Generate",
+                                         request_serializer=pb.GenerateRequest.SerializeToString,
+                                         response_deserializer=pb.GenerateResponse.FromString)
+        out = []
+        for msg in call(pb.GenerateRequest(ids=pb.TokenIds(ids=ids), max_new_tokens=new_tokens, stop_ids=[1]),
+                        timeout=timeout):
+            out += [t.id for t in msg.tokens]
+        return out
+
+    def kv_used(self):
+        status = self.unary("ClusterStatus", pb.ClusterStatusRequest(), pb.ClusterStatusResponse)
+        return [s.kv_bytes_used for s in status.stages]
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+            p.wait()
+            p.stdout.close()
+
+
+class CoordinatorBehaviourTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model = os.path.join(ARGS.work, "model")
+        shutil.rmtree(cls.model, ignore_errors=True)
+        # Full layers at 2 and 5; window 8 is shorter than the prompts.
+        subprocess.run([f"{ARGS.bin}/layerpipe", "make-checkpoint", "--out", cls.model, "--layers", "6",
+                        "--hidden", "64", "--intermediate", "128", "--vocab", "512", "--heads", "4",
+                        "--head-dim", "16", "--kv-heads", "2", "--global-head-dim", "32", "--global-kv-heads", "1",
+                        "--window", "8", "--full-period", "3", "--seed", "4", "--max-positions", "200000"],
+                       check=True, stdout=subprocess.DEVNULL)
+
+    def test_request_that_can_never_fit_is_refused_with_the_numbers(self):
+        # 2 MB of KV per worker: the sliding rings fit, 100k tokens of global cache do not.
+        c = Cluster(self.model, kv_budget="2M")
+        try:
+            with self.assertRaises(grpc.RpcError) as err:
+                c.generate([2, 5, 6], 100000)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assertRegex(err.exception.details(), r"needs \d+ bytes of KV cache on stage \d .* capacity is \d+")
+            # The cluster keeps serving requests that fit.
+            self.assertEqual(len(c.generate([2, 5, 6], 4)), 4)
+        finally:
+            c.close()
+
+    def test_cancel_frees_kv_on_every_stage(self):
+        c = Cluster(self.model)
+        try:
+            job = c.unary("SubmitJob", pb.SubmitJobRequest(request=pb.GenerateRequest(
+                ids=pb.TokenIds(ids=[2] + list(range(3, 300))), max_new_tokens=5000, stop_ids=[1])),
+                pb.SubmitJobResponse)
+            deadline = time.time() + 30
+            while time.time() < deadline and not all(c.kv_used()):
+                time.sleep(0.05)
+            self.assertTrue(all(c.kv_used()), "the job never held KV on every stage")
+            info = c.unary("CancelJob", pb.CancelJobRequest(job_id=job.job_id), pb.JobInfo)
+            deadline = time.time() + 30
+            while time.time() < deadline and any(c.kv_used()):
+                time.sleep(0.05)
+            self.assertEqual(c.kv_used(), [0, 0])
+            info = c.unary("GetJob", pb.GetJobRequest(job_id=job.job_id), pb.JobInfo)
+            self.assertEqual(info.state, pb.JOB_CANCELLED)
+            with self.assertRaises(grpc.RpcError) as err:
+                c.unary("GetJob", pb.GetJobRequest(job_id="job-nope"), pb.JobInfo)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.NOT_FOUND)
+        finally:
+            c.close()
+
+    def test_long_prompt_does_not_starve_short_requests(self):
+        # 16-token chunks: the 6000-token prompt needs 375 steps of prefill.
+        c = Cluster(self.model, coordinator_flags=["--prefill_chunk=16"])
+        try:
+            job = c.unary("SubmitJob", pb.SubmitJobRequest(request=pb.GenerateRequest(
+                ids=pb.TokenIds(ids=[2] + [3 + i % 500 for i in range(6000)]), max_new_tokens=2, stop_ids=[1])),
+                pb.SubmitJobResponse)
+            time.sleep(0.2)
+            short = c.generate([2, 7, 8, 9], 3)
+            self.assertEqual(len(short), 3)
+            info = c.unary("GetJob", pb.GetJobRequest(job_id=job.job_id), pb.JobInfo)
+            self.assertLess(info.prefilled_tokens, info.prompt_tokens,
+                            "the short request only finished after the long prefill")
+            self.assertIn(info.state, (pb.JOB_PREFILLING, pb.JOB_QUEUED))
+        finally:
+            c.close()
+
+    def test_hung_worker_ends_requests_with_unavailable(self):
+        c = Cluster(self.model, coordinator_flags=["--recovery_deadline=3s", "--health_interval=200ms",
+                                                   "--step_timeout=5s"])
+        try:
+            result = {}
+
+            def run():
+                try:
+                    result["ids"] = c.generate([2, 5, 6, 7], 100000 // 2, timeout=60)
+                except grpc.RpcError as e:
+                    result["error"] = e
+
+            t = threading.Thread(target=run)
+            t.start()
+            time.sleep(1.0)
+            c.workers[1][0].send_signal(signal.SIGSTOP)  # hung, not dead
+            t.join(60)
+            self.assertFalse(t.is_alive())
+            self.assertIn("error", result)
+            self.assertEqual(result["error"].code(), grpc.StatusCode.UNAVAILABLE)
+            self.assertIn("within", result["error"].details())
+        finally:
+            c.close()
+
+
+def main():
+    global ARGS, pb
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--src", required=True)
+    ap.add_argument("--work", required=True)
+    ARGS, rest = ap.parse_known_args()
+    os.makedirs(ARGS.work, exist_ok=True)
+    pb = load_pb()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
