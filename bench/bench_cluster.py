@@ -49,7 +49,7 @@ class Cluster:
             self.procs.append(p)
             addrs.append(read_address(p, "worker"))
         c = subprocess.Popen([f"{bin_dir}/layerpipe-coordinator", "--listen", "127.0.0.1:0", "--model", model,
-                              "--workers", ",".join(addrs), f"--prefill_chunk={prefill_chunk}"],
+                              "--workers", ",".join(addrs), f"--prefill-chunk={prefill_chunk}"],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.procs.append(c)
         self.address = read_address(c, "coordinator")

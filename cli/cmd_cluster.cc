@@ -169,7 +169,7 @@ class Supervisor {
           std::vector<std::string> argv = {*coordinator_bin, "--listen", config_.listen, "--model", config_.model,
                                            "--workers", absl::StrJoin(addresses, ",")};
           // absl spells flags with underscores; the dashed spelling is only an alias where a binary adds it.
-          if (!config_.layer_split.empty()) argv.insert(argv.end(), {"--layer_split", config_.layer_split});
+          if (!config_.layer_split.empty()) argv.insert(argv.end(), {"--layer-split", config_.layer_split});
           if (!config_.precision.empty()) argv.insert(argv.end(), {"--precision", config_.precision});
           auto c = ChildProcess::Start("coordinator", *coordinator_bin, argv, /*capture_stdout=*/true, child_mask);
           if (!c.ok()) return Fail("cluster", c.status());

@@ -12,6 +12,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/dash_flags.h"
 #include "coordinator/api_service.h"
 #include "coordinator/pipeline.h"
 #include "coordinator/planner.h"
@@ -44,7 +45,9 @@ int Fail(const std::string& msg) {
 int main(int argc, char** argv) {
   using namespace layerpipe;
   absl::SetProgramUsageMessage("layerpipe-coordinator --listen ADDR --model DIR --workers A1,A2,...");
-  absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> args = DashesToUnderscores(argc, argv);
+  std::vector<char*> arg_ptrs = ArgPointers(args);
+  absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   const std::string listen = absl::GetFlag(FLAGS_listen), model = absl::GetFlag(FLAGS_model);
   if (listen.empty() || model.empty() || absl::GetFlag(FLAGS_workers).empty()) {
     std::fprintf(stderr, "layerpipe-coordinator: --listen, --model and --workers are required\n");
@@ -56,7 +59,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (absl::GetFlag(FLAGS_prefill_chunk) <= 0 || absl::GetFlag(FLAGS_max_batch) <= 0) {
-    std::fprintf(stderr, "layerpipe-coordinator: --prefill_chunk and --max_batch must be positive\n");
+    std::fprintf(stderr, "layerpipe-coordinator: --prefill-chunk and --max-batch must be positive\n");
     return 2;
   }
   auto config = LoadModelConfig(model);

@@ -11,6 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/dash_flags.h"
 #include "worker/byte_size.h"
 #include "worker/worker_server.h"
 
@@ -19,30 +20,11 @@ ABSL_FLAG(std::string, model, "", "model directory used when an assignment names
 ABSL_FLAG(int, threads, 0, "compute threads (0: LAYERPIPE_THREADS or all cores)");
 ABSL_FLAG(std::string, kv_budget, "", "KV cache budget, e.g. 8G or 512M (default: half the physical memory)");
 
-namespace {
-
-// absl flags are C identifiers; the documented spelling uses dashes (--kv-budget).
-std::vector<std::string> DashesToUnderscores(int argc, char** argv) {
-  std::vector<std::string> args(argv, argv + argc);
-  for (size_t i = 1; i < args.size(); ++i) {
-    std::string& a = args[i];
-    if (a == "--") break;
-    if (a.rfind("--", 0) != 0) continue;
-    const size_t end = a.find('=') == std::string::npos ? a.size() : a.find('=');
-    for (size_t j = 2; j < end; ++j) {
-      if (a[j] == '-') a[j] = '_';
-    }
-  }
-  return args;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("layerpipe-worker --listen ADDR [--model DIR] [--threads N] [--kv-budget SIZE]");
-  std::vector<std::string> args = DashesToUnderscores(argc, argv);
-  std::vector<char*> arg_ptrs;
-  for (std::string& a : args) arg_ptrs.push_back(a.data());
+  std::vector<std::string> args = layerpipe::DashesToUnderscores(argc, argv);
+  std::vector<char*> arg_ptrs = layerpipe::ArgPointers(args);
   absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
 
   layerpipe::WorkerOptions options;

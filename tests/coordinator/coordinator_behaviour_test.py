@@ -143,7 +143,7 @@ class CoordinatorBehaviourTest(unittest.TestCase):
 
     def test_long_prompt_does_not_starve_short_requests(self):
         # 16-token chunks: the 6000-token prompt needs 375 steps of prefill.
-        c = Cluster(self.model, coordinator_flags=["--prefill_chunk=16"])
+        c = Cluster(self.model, coordinator_flags=["--prefill-chunk=16"])
         try:
             job = c.unary("SubmitJob", pb.SubmitJobRequest(request=pb.GenerateRequest(
                 ids=pb.TokenIds(ids=[2] + [3 + i % 500 for i in range(6000)]), max_new_tokens=2, stop_ids=[1])),
@@ -159,8 +159,8 @@ class CoordinatorBehaviourTest(unittest.TestCase):
             c.close()
 
     def test_hung_worker_ends_requests_with_unavailable(self):
-        c = Cluster(self.model, coordinator_flags=["--recovery_deadline=3s", "--health_interval=200ms",
-                                                   "--step_timeout=5s"])
+        c = Cluster(self.model, coordinator_flags=["--recovery-deadline=3s", "--health-interval=200ms",
+                                                   "--step-timeout=5s"])
         try:
             result = {}
 
