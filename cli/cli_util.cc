@@ -28,6 +28,17 @@ std::optional<Args> ParseOrExit(const std::string& command, const std::vector<st
   return *std::move(args);
 }
 
+std::vector<FlagSpec> SamplingFlagSpecs() {
+  return {
+      {"temperature", false, false, "0 (default) is greedy"},
+      {"top-k", false, false, "keep the k most likely tokens (0: all)"},
+      {"top-p", false, false, "nucleus sampling mass (default 1)"},
+      {"min-p", false, false, "drop tokens below min-p times the best probability (default 0)"},
+      {"repetition-penalty", false, false, "penalty for ids already present (default 1)"},
+      {"seed", false, false, "sampling seed (default 0)"},
+  };
+}
+
 std::vector<FlagSpec> EngineFlagSpecs() {
   return {{"precision", false, false, "bf16 (default, fast) or fp32 (activations and KV cache in fp32)"},
           {"threads", false, false, "compute threads (default: LAYERPIPE_THREADS or all cores)"},

@@ -19,6 +19,9 @@ int Fail(const std::string& command, const absl::Status& status);
 std::optional<Args> ParseOrExit(const std::string& command, const std::vector<std::string>& argv,
                                 std::vector<FlagSpec> specs, int* exit_code);
 
+// --temperature, --top-k, --top-p, --min-p, --repetition-penalty, --seed (local and remote generate).
+std::vector<FlagSpec> SamplingFlagSpecs();
+
 // --precision, --threads, --prefill-chunk.
 std::vector<FlagSpec> EngineFlagSpecs();
 absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const Args& args);

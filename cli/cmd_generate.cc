@@ -23,18 +23,13 @@ std::vector<FlagSpec> Specs() {
       {"ids", false, false, "prompt token ids, comma-separated (instead of --prompt)"},
       {"tokenizer", false, false, "tokenizer.json (default: MODEL/tokenizer.json)"},
       {"max-new-tokens", false, false, "tokens to generate at most (required)"},
-      {"temperature", false, false, "0 (default) is greedy"},
-      {"top-k", false, false, "keep the k most likely tokens (0: all)"},
-      {"top-p", false, false, "nucleus sampling mass (default 1)"},
-      {"min-p", false, false, "drop tokens below min-p times the best probability (default 0)"},
-      {"repetition-penalty", false, false, "penalty for ids already present (default 1)"},
-      {"seed", false, false, "sampling seed (default 0)"},
       {"stop", false, true, "stop string (repeatable)"},
       {"stop-ids", false, false, "stop ids, comma-separated (default: generation_config.json, else 1,106,50)"},
       {"print-ids", true, false, "print the generated ids, comma-separated, as the last line"},
       {"coordinator", false, false, "HOST:PORT of a cluster coordinator: generate there (no --model)"},
       {"top-logprobs", false, false, "with --coordinator: report the K most likely ids per token on stderr"},
   };
+  for (FlagSpec& f : SamplingFlagSpecs()) s.push_back(f);
   for (FlagSpec& f : EngineFlagSpecs()) s.push_back(f);
   return s;
 }

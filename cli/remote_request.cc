@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "cli/cli_util.h"
 
 namespace layerpipe::cli {
 namespace {
@@ -32,23 +33,19 @@ absl::Status ParseInt32Flag(const Args& args, const std::string& name, int32_t* 
 }  // namespace
 
 std::vector<FlagSpec> RemoteGenerateFlagSpecs() {
-  return {
+  std::vector<FlagSpec> specs = {
       {"coordinator", false, false, "coordinator address HOST:PORT"},
       {"prompt", false, false, "prompt text (the coordinator tokenizes it, with <bos>)"},
       {"chat", true, false, "wrap --prompt in the chat format of the -it model"},
       {"system", false, false, "system turn for --chat"},
       {"ids", false, false, "prompt token ids, comma-separated (instead of --prompt)"},
       {"max-new-tokens", false, false, "tokens to generate at most (required)"},
-      {"temperature", false, false, "0 (default) is greedy"},
-      {"top-k", false, false, "keep the k most likely tokens (0: all)"},
-      {"top-p", false, false, "nucleus sampling mass (default 1)"},
-      {"min-p", false, false, "drop tokens below min-p times the best probability (default 0)"},
-      {"repetition-penalty", false, false, "penalty for ids already present (default 1)"},
-      {"seed", false, false, "sampling seed (default 0)"},
       {"stop", false, true, "stop string (repeatable)"},
       {"stop-ids", false, false, "stop ids, comma-separated (default: the model's generation_config)"},
       {"top-logprobs", false, false, "also report the K most likely ids of every generated token (0..20)"},
   };
+  for (FlagSpec& f : SamplingFlagSpecs()) specs.push_back(f);
+  return specs;
 }
 
 absl::StatusOr<v1::GenerateRequest> GenerateRequestFromArgs(const Args& args) {

@@ -22,23 +22,24 @@ fi
 # "libfoo.so.1 => /lib/x86_64-linux-gnu/libfoo.so.1 (0x...)": the third field is the file loaded.
 libs=$(ldd "$@" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u)
 
-owner_of() {
-  # With a merged /usr, ldd may report /lib/... for a file dpkg registered as /usr/lib/... or the reverse,
-  # and the name may be a symlink to the versioned file: try each spelling.
+# With a merged /usr, ldd may report /lib/... for a file dpkg registered as /usr/lib/... or the reverse, and
+# the name may be a symlink to the versioned file: ask dpkg about every spelling at once (one database read).
+candidates() {
   real=$(readlink -f "$1")
-  for path in "$1" "$real" "/usr$1" "/usr$real" "${1#/usr}" "${real#/usr}"; do
-    # "libgrpc++1.51:amd64: /usr/lib/..." -> libgrpc++1.51:amd64 (keeping the architecture qualifier).
-    if out=$(dpkg-query -S "$path" 2>/dev/null); then
-      echo "$out" | head -n 1 | sed 's/: .*//; s/, .*//'
-      return 0
-    fi
-  done
-  return 1
+  printf '%s\n' "$1" "$real" "/usr$1" "/usr$real" "${1#/usr}" "${real#/usr}"
 }
+owners=$(for lib in $libs; do candidates "$lib"; done | sort -u | xargs dpkg-query -S 2>/dev/null || true)
 
 packages=""
 for lib in $libs; do
-  if ! pkg=$(owner_of "$lib"); then
+  pkg=""
+  for path in $(candidates "$lib"); do
+    # "libgrpc++1.51:amd64: /usr/lib/..." -> libgrpc++1.51:amd64 (keeping the architecture qualifier).
+    pkg=$(printf '%s\n' "$owners" | awk -v p="$path" 'index($0, ": " p) && substr($0, length($0) - length(p) + 1) == p \
+          { sub(/: .*/, ""); sub(/, .*/, ""); print; exit }')
+    [ -n "$pkg" ] && break
+  done
+  if [ -z "$pkg" ]; then
     echo "runtime-packages: $lib belongs to no package" >&2
     exit 1
   fi

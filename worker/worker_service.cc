@@ -258,20 +258,24 @@ void WorkerService::ComputeLoop() {
       a = assignment_;
       busy_ = true;
     }
-    const auto start = std::chrono::steady_clock::now();
     RunStep(*a, std::move(step));
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::lock_guard<std::mutex> lock(mu_);
     busy_ = false;
-    compute_ms_total_ += ms;
-    ++steps_;
-    kv_bytes_used_ = a->stage->kv_bytes_used();
-    sequences_ = a->stage->sequences();
     cv_.notify_all();
   }
 }
 
+void WorkerService::RecordStep(const Assignment& a, std::chrono::steady_clock::time_point start) {
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(mu_);
+  compute_ms_total_ += ms;
+  ++steps_;
+  kv_bytes_used_ = a.stage->kv_bytes_used();
+  sequences_ = a.stage->sequences();
+}
+
 void WorkerService::RunStep(Assignment& a, QueuedStep step) {
+  const auto start = std::chrono::steady_clock::now();
   Stage& stage = *a.stage;
   const StageOptions& so = stage.options();
   const v1::StepFrame& frame = step.frame;
@@ -290,6 +294,8 @@ void WorkerService::RunStep(Assignment& a, QueuedStep step) {
     }
   }
   stage.Release(frame.release());
+  // Counted before anything is sent: whoever sees this step's result also sees it in Status.
+  RecordStep(a, start);
 
   if (!st.ok()) {
     v1::StepResult failure;

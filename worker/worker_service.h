@@ -20,6 +20,7 @@
 #ifndef LAYERPIPE_WORKER_WORKER_SERVICE_H_
 #define LAYERPIPE_WORKER_WORKER_SERVICE_H_
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -81,6 +82,7 @@ class WorkerService final : public v1::Worker::Service {
   absl::Status DoAssign(const v1::AssignRequest& request, v1::AssignResponse* response);
   absl::Status AcceptStep(const v1::StepFrame& frame);
   void ComputeLoop();
+  void RecordStep(const Assignment& a, std::chrono::steady_clock::time_point start);
   void RunStep(Assignment& a, QueuedStep step);
 
   const WorkerOptions options_;

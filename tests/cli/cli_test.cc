@@ -40,11 +40,16 @@ std::string Slurp(const std::string& path) {
 }
 
 Result RunCli(const std::string& args) {
-  const std::string dir = ::testing::TempDir();
-  const std::string out = dir + "/cli_out.txt", err = dir + "/cli_err.txt";
+  // ctest runs the tests of this binary as parallel processes: every call gets its own files.
+  static int calls = 0;
+  const std::string base = ::testing::TempDir() + "/cli_" + std::to_string(getpid()) + "_" + std::to_string(calls++);
+  const std::string out = base + ".out", err = base + ".err";
   const std::string cmd = Bin() + " " + args + " >" + out + " 2>" + err + " </dev/null";
   int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
+  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
 }
 
 void ExpectFails(const std::string& args, const std::string& message) {
@@ -95,7 +100,7 @@ TEST_F(CliTest, SeededSamplingIsReproducible) {
 }
 
 TEST_F(CliTest, ScoreWritesAFloat32Npy) {
-  const std::string out = ::testing::TempDir() + "/cli_logits.npy";
+  const std::string out = ::testing::TempDir() + "/cli_logits_" + std::to_string(getpid()) + ".npy";
   Result r = RunCli("score --model " + *model_ + " --ids 2,5,6,7,8 --logits-out " + out);
   ASSERT_EQ(r.code, 0) << r.err;
   std::string npy = Slurp(out);

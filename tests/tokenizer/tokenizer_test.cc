@@ -283,7 +283,8 @@ TEST_F(GemmaTest, LongInputIsFast) {
 // ---- Load errors ----
 
 std::string WriteTemp(const std::string& name, const std::string& contents) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  // Per process: ctest runs the tests of this binary in parallel.
+  const std::string path = ::testing::TempDir() + "/" + std::to_string(getpid()) + "_" + name;
   std::ofstream(path, std::ios::binary) << contents;
   return path;
 }
