@@ -139,7 +139,7 @@ def tables():
                      f"{gib(weight_bytes(b, e, True, False))} | {kv} |")
     lines += [
         "",
-        "The coordinator's default split (no --layer_split) by number of workers: the weights of its heaviest",
+        "The coordinator's default split (no --layer-split) by number of workers: the weights of its heaviest",
         "stage and the KV cache per sequence of the stage that needs the most.",
         "",
         f"| workers | default split | heaviest stage weights | {kv_header} |",

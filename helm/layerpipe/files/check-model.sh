@@ -1,22 +1,28 @@
 #!/bin/sh
-# check-model.sh [--tokenizer] DIR
+# check-model.sh [--tokenizer] [--no-weights] DIR
 #
 # Fails fast, with a message naming the file, when a checkpoint directory cannot serve: config.json,
 # generation_config.json (if present) and every safetensors shard named by model.safetensors.index.json
 # (or the single model.safetensors) must be readable regular files. With --tokenizer, tokenizer.json must be
-# too, and when the `layerpipe` command is on PATH it must load it. It reads a few bytes of each file, so a
-# volume that is mounted but not readable by this user is caught here rather than as a worker's mmap error
-# minutes into an assignment. POSIX sh: the same script runs as the chart's init container, as the
-# images' layerpipe-check-model and as the systemd units' ExecStartPre.
+# too, and when the `layerpipe` command is on PATH it must load it. --no-weights skips the shards: the
+# coordinator reads only the JSON files, and its host may hold no weights.
+# It reads a few bytes of each file, so a volume that is mounted but not readable by this user is caught
+# here rather than as a worker's mmap error minutes into an assignment. POSIX sh: the same script runs as
+# the chart's init container, as the images' layerpipe-check-model and as the systemd units' ExecStartPre.
 set -eu
 
 want_tokenizer=0
-if [ "${1:-}" = "--tokenizer" ]; then
-  want_tokenizer=1
+want_weights=1
+while [ "$#" -gt 1 ]; do
+  case "$1" in
+    --tokenizer) want_tokenizer=1 ;;
+    --no-weights) want_weights=0 ;;
+    *) break ;;
+  esac
   shift
-fi
-if [ "$#" -ne 1 ]; then
-  echo "usage: check-model.sh [--tokenizer] DIR" >&2
+done
+if [ "$#" -ne 1 ] || [ "${1#-}" != "$1" ]; then
+  echo "usage: check-model.sh [--tokenizer] [--no-weights] DIR" >&2
   exit 2
 fi
 dir=$1
@@ -42,7 +48,9 @@ fi
 
 index="$dir/model.safetensors.index.json"
 shards=0
-if [ -e "$index" ]; then
+if [ "$want_weights" -eq 0 ]; then
+  :
+elif [ -e "$index" ]; then
   need_file "$index"
   # The shard names are the values of weight_map: the only strings in the index that end in .safetensors.
   for shard in $(grep -o '"[^"]*\.safetensors"' "$index" | tr -d '"' | sort -u); do
@@ -62,4 +70,8 @@ if [ "$want_tokenizer" -eq 1 ]; then
   fi
 fi
 
-echo "check-model: $dir is complete ($shards safetensors file(s))"
+if [ "$want_weights" -eq 1 ]; then
+  echo "check-model: $dir is complete ($shards safetensors file(s))"
+else
+  echo "check-model: $dir has the files the coordinator reads"
+fi

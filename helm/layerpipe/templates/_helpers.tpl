@@ -121,15 +121,21 @@ whichever node it runs on and however often it is replaced.
 {{- end }}
 {{- end }}
 
-{{/* Call with (dict "ctx" $ "image" <image string> "tokenizer" true|false). */}}
+{{/*
+Call with (dict "ctx" $ "image" <image string> "coordinator" true|false): the coordinator needs the JSON
+files (and the tokenizer when required), a worker the weights.
+*/}}
 {{- define "layerpipe.checkModelInit" -}}
 - name: check-model
   image: {{ .image }}
   imagePullPolicy: {{ .ctx.Values.image.pullPolicy }}
   command: ["/bin/sh", "/etc/layerpipe/config/check-model.sh"]
   args:
-    {{- if .tokenizer }}
+    {{- if .coordinator }}
+    - --no-weights
+    {{- if .ctx.Values.model.validate.requireTokenizer }}
     - --tokenizer
+    {{- end }}
     {{- end }}
     - {{ .ctx.Values.model.mountPath | quote }}
   volumeMounts:
