@@ -31,6 +31,8 @@ ABSL_FLAG(absl::Duration, recovery_deadline, absl::Seconds(30),
           "how long in-flight requests wait for a lost worker to come back before failing with UNAVAILABLE");
 ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(120), "a step not back by then means a hung worker");
 ABSL_FLAG(absl::Duration, health_interval, absl::Seconds(1), "how often workers are probed");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(60),
+          "on SIGTERM, how long admitted requests may take to finish (new ones are refused)");
 ABSL_FLAG(absl::Duration, startup_timeout, absl::Seconds(120), "how long to wait for the workers at start");
 
 namespace {
@@ -144,7 +146,13 @@ int main(int argc, char** argv) {
 
   int sig = 0;
   sigwait(&signals, &sig);
-  std::fprintf(stderr, "layerpipe-coordinator: signal %d, shutting down\n", sig);
+  const absl::Duration drain = absl::GetFlag(FLAGS_drain_timeout);
+  std::fprintf(stderr, "layerpipe-coordinator: signal %d, draining (up to %s)\n", sig,
+               absl::FormatDuration(drain).c_str());
+  server->GetHealthCheckService()->SetServingStatus(false);
+  if (!pipeline.Drain(drain)) {
+    std::fprintf(stderr, "layerpipe-coordinator: drain timed out; cancelling what is left\n");
+  }
   pipeline.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return 0;

@@ -64,6 +64,7 @@ absl::Status Pipeline::AssignAll(uint64_t epoch, absl::Duration rpc_deadline) {
     }
     st.kv_capacity = resp.kv_capacity_bytes();
     st.healthy = true;
+    st.draining = false;
   }
   return absl::OkStatus();
 }
@@ -110,7 +111,7 @@ absl::Status Pipeline::Submit(std::shared_ptr<Request> r) {
       static_cast<int64_t>(r->prompt.size()) + (r->kind == RequestKind::kGenerate ? r->max_new_tokens : 0);
   r->kv_reserved.assign(stages_.size(), 0);
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
+  if (stopping_ || draining_) return absl::UnavailableError("the coordinator is shutting down");
   if (!ready_) {
     return absl::UnavailableError(absl::StrCat("the pipeline is not serving: ", fault_.empty() ? "starting" : fault_));
   }
@@ -131,6 +132,9 @@ absl::Status Pipeline::Submit(std::shared_ptr<Request> r) {
 }
 
 void Pipeline::Admit() {
+  for (const Stage& s : stages_) {
+    if (s.draining) return;  // its sequences would have to be replayed elsewhere anyway
+  }
   for (auto it = queue_.begin(); it != queue_.end();) {
     Request& r = **it;
     bool fits = true;
@@ -147,6 +151,13 @@ void Pipeline::Admit() {
     running_.push_back(*it);
     it = queue_.erase(it);
   }
+}
+
+bool Pipeline::Drain(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  draining_ = true;
+  return updated_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                           [&] { return running_.empty() && queue_.empty(); });
 }
 
 void Pipeline::Cancel(const std::shared_ptr<Request>& r) {
@@ -360,8 +371,10 @@ void Pipeline::Recover(std::unique_lock<std::mutex>& lock, const std::string& wh
       gave_up = true;
       const std::string msg = absl::StrCat("no worker served the range again within ",
                                            absl::FormatDuration(opt_.recovery_deadline), ": ", st.message());
-      auto running = running_;
-      for (auto& r : running) Finish(*r, "error", absl::UnavailableError(msg));
+      auto waiting = running_;
+      waiting.insert(waiting.end(), queue_.begin(), queue_.end());
+      queue_.clear();
+      for (auto& r : waiting) Finish(*r, "error", absl::UnavailableError(msg));
       fault_ = msg;
     }
     lock.unlock();
@@ -431,6 +444,12 @@ void Pipeline::HealthLoop() {
         wake_.notify_all();
       }
       stages_[s].healthy = st.ok() && !lost;
+      const bool draining = st.ok() && resp.draining();
+      if (draining && !stages_[s].draining) {
+        std::fprintf(stderr, "layerpipe-coordinator: stage %zu (%s) is draining; admission paused until it is replaced\n",
+                     s, stages_[s].address.c_str());
+      }
+      stages_[s].draining = draining;
     }
   }
 }

@@ -45,6 +45,10 @@ class Pipeline {
   absl::Status Start(const std::string& self_address, absl::Duration timeout);
   void Stop();
 
+  // Graceful shutdown: new requests are refused with UNAVAILABLE while admitted and queued ones run to
+  // completion, for at most `timeout`. True when everything finished.
+  bool Drain(absl::Duration timeout);
+
   // Admission: RESOURCE_EXHAUSTED with the numbers when the request can never fit a stage's KV
   // capacity; otherwise it is queued until it fits.
   absl::Status Submit(std::shared_ptr<Request> request);
@@ -72,6 +76,7 @@ class Pipeline {
     int64_t kv_capacity = 0;
     int64_t kv_reserved = 0;
     bool healthy = false;
+    bool draining = false;  // the worker is shutting down: admit nothing until it is replaced
   };
   struct InFlightStep {
     uint64_t step_id;
@@ -109,6 +114,7 @@ class Pipeline {
   uint64_t next_step_ = 1;
   size_t prefill_rr_ = 0;
   bool stopping_ = false;
+  bool draining_ = false;  // this coordinator is shutting down
   std::atomic<bool> ready_{false};
   std::thread scheduler_, health_;
 };

@@ -18,6 +18,8 @@
 ABSL_FLAG(std::string, listen, "", "address to serve on, e.g. 0.0.0.0:7001 (port 0: any free port)");
 ABSL_FLAG(std::string, model, "", "model directory used when an assignment names none");
 ABSL_FLAG(int, threads, 0, "compute threads (0: LAYERPIPE_THREADS or all cores)");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(60),
+          "on SIGTERM, how long held sequences may take to finish before the worker exits");
 ABSL_FLAG(std::string, kv_budget, "", "KV cache budget, e.g. 8G or 512M (default: half the physical memory)");
 
 
@@ -66,6 +68,11 @@ int main(int argc, char** argv) {
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
+  // Drain: the sequences this stage holds finish first; whatever is left at the deadline is replayed
+  // by the coordinator on the stage's replacement.
+  const absl::Duration drain = absl::GetFlag(FLAGS_drain_timeout);
+  std::fprintf(stderr, "layerpipe-worker: signal %d, draining (up to %s)\n", sig, absl::FormatDuration(drain).c_str());
+  if (!(*server)->Drain(drain)) std::fprintf(stderr, "layerpipe-worker: drain timed out; sequences will be replayed\n");
   (*server)->Shutdown();
   (*server)->Wait();
   return 0;

@@ -23,6 +23,9 @@ class WorkerServer {
   const std::string& address() const { return address_; }
   int port() const { return port_; }
 
+  // See WorkerService::Drain.
+  bool Drain(absl::Duration timeout) { return service_->Drain(timeout); }
+
   // Stops taking RPCs (those in progress get a moment to finish), then the compute and send threads.
   // Idempotent; safe from any thread.
   void Shutdown();

@@ -183,6 +183,7 @@ grpc::Status WorkerService::Status(grpc::ServerContext*, const v1::WorkerStatusR
   }
   response->set_kv_bytes_used(kv_bytes_used_);
   response->set_sequences(sequences_);
+  response->set_draining(draining_);
   response->set_compute_ms_total(compute_ms_total_);
   response->set_transfer_ms_total(outbox_.transfer_ms_total());
   response->set_steps(steps_);
@@ -244,6 +245,13 @@ absl::Status WorkerService::AcceptStep(const v1::StepFrame& frame) {
     cv_.notify_all();
   }
   return content;
+}
+
+bool WorkerService::Drain(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  draining_ = true;
+  return cv_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                      [this] { return stopping_ || (sequences_ == 0 && !busy_ && sequencer_.held() == 0); });
 }
 
 void WorkerService::ComputeLoop() {

@@ -66,6 +66,11 @@ class WorkerService final : public v1::Worker::Service {
   // Ends the compute and send threads; later RPCs are refused. Idempotent.
   void Stop();
 
+  // Graceful shutdown: Status reports `draining` (the coordinator then admits nothing new) and steps
+  // keep flowing until this stage holds no sequence and has nothing queued, or `timeout` passes.
+  // True when it drained.
+  bool Drain(absl::Duration timeout);
+
  private:
   // Everything one Assign set up; replaced whole by the next.
   struct Assignment {
@@ -99,6 +104,7 @@ class WorkerService final : public v1::Worker::Service {
   bool stopping_ = false;
   bool assigning_ = false;  // an Assign waits for the compute thread to go idle
   bool busy_ = false;       // the compute thread is running a step
+  bool draining_ = false;
   // Mirrors of the stage's state for Status (the stage belongs to the compute thread).
   int64_t kv_bytes_used_ = 0;
   int sequences_ = 0;

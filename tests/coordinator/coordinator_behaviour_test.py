@@ -183,6 +183,75 @@ class CoordinatorBehaviourTest(unittest.TestCase):
             c.close()
 
 
+class DrainTest(unittest.TestCase):
+    model = None
+
+    @classmethod
+    def setUpClass(cls):
+        CoordinatorBehaviourTest.setUpClass()
+        cls.model = CoordinatorBehaviourTest.model
+
+    def start_generation(self, c, tokens):
+        result = {}
+
+        def run():
+            try:
+                result["ids"] = c.generate([2, 5, 6, 7], tokens, timeout=120)
+            except grpc.RpcError as e:
+                result["error"] = e
+
+        t = threading.Thread(target=run)
+        t.start()
+        deadline = time.time() + 30
+        while time.time() < deadline and not any(c.kv_used()):
+            time.sleep(0.02)
+        return t, result
+
+    def test_coordinator_sigterm_finishes_admitted_requests_and_refuses_new_ones(self):
+        c = Cluster(self.model)
+        try:
+            t, result = self.start_generation(c, 400)
+            c.coordinator.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            with self.assertRaises(grpc.RpcError) as err:
+                c.generate([2, 9], 4, timeout=10)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.UNAVAILABLE)
+            t.join(120)
+            self.assertNotIn("error", result)
+            self.assertEqual(len(result["ids"]), 400)
+            self.assertEqual(c.coordinator.wait(30), 0)
+        finally:
+            c.close()
+
+    def test_worker_sigterm_lets_its_sequences_finish_then_exits_zero(self):
+        c = Cluster(self.model)
+        try:
+            t, result = self.start_generation(c, 400)
+            worker, address = c.workers[1]
+            worker.send_signal(signal.SIGTERM)
+            t.join(120)
+            self.assertNotIn("error", result)
+            self.assertEqual(len(result["ids"]), 400)
+            self.assertEqual(worker.wait(30), 0)
+            # A replacement on the same address serves the range again.
+            p = subprocess.Popen([f"{ARGS.bin}/layerpipe-worker", "--listen", address, "--threads", "1"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            c.procs.append(p)
+            read_address(p, "replacement worker")
+            deadline = time.time() + 30
+            while True:
+                try:
+                    self.assertEqual(len(c.generate([2, 9], 4, timeout=30)), 4)
+                    break
+                except grpc.RpcError as e:
+                    # Until the coordinator notices and re-assigns, it says it is not serving.
+                    self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE)
+                    self.assertLess(time.time(), deadline)
+                    time.sleep(0.2)
+        finally:
+            c.close()
+
+
 def main():
     global ARGS, pb
     ap = argparse.ArgumentParser()
