@@ -6,7 +6,9 @@
 #include "absl/strings/str_join.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/remote_client.h"
 #include "cli/remote_commands.h"
+#include "cli/remote_request.h"
 #include "engine/chat_format.h"
 #include "engine/generate.h"
 #include "engine/tokenizer.h"
@@ -31,12 +33,14 @@ std::vector<FlagSpec> Specs() {
   };
   for (FlagSpec& f : SamplingFlagSpecs()) s.push_back(f);
   for (FlagSpec& f : EngineFlagSpecs()) s.push_back(f);
+  for (FlagSpec& f : ConnectionFlagSpecs()) s.push_back(f);
   return s;
 }
 
 int Run(const Args& args) {
   const std::string cmd = "generate";
   if (args.Has("coordinator")) return RunRemoteGenerate(args);
+  if (auto st = RejectFlags(args, ConnectionFlagNames(), "needs --coordinator"); !st.ok()) return Fail(cmd, st);
   if (args.Has("top-logprobs")) return Fail(cmd, absl::InvalidArgumentError("--top-logprobs needs --coordinator"));
   auto model = args.String("model");
   if (!model.ok()) return Fail(cmd, model.status());

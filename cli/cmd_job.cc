@@ -18,7 +18,7 @@ namespace layerpipe::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: layerpipe job ACTION --coordinator HOST:PORT [flags]\n"
+    "usage: layerpipe job ACTION --coordinator HOST:PORT [--tls-ca F] [--token T | --token-file F] [flags]\n"
     "actions:\n"
     "  submit  start a generation job (the generate flags); prints its id\n"
     "  get     --job ID: state, progress and the ids and text so far, as JSON\n"
@@ -73,8 +73,9 @@ int Submit(const std::string& cmd, const Args& args) {
   *submit.mutable_request() = *std::move(req);
   grpc::ClientContext context;
   v1::SubmitJobResponse resp;
-  auto stub = ConnectCoordinator(args.StringOr("coordinator", ""));
-  if (auto st = FromGrpc(stub->SubmitJob(&context, submit, &resp)); !st.ok()) return Fail(cmd, st);
+  auto stub = ConnectCoordinator(args);
+  if (!stub.ok()) return Fail(cmd, stub.status());
+  if (auto st = FromGrpc((*stub)->SubmitJob(&context, submit, &resp)); !st.ok()) return Fail(cmd, st);
   std::printf("%s\n", resp.job_id().c_str());
   return 0;
 }
@@ -86,8 +87,9 @@ int Get(const std::string& cmd, const Args& args) {
   req.set_job_id(*id);
   grpc::ClientContext context;
   v1::JobInfo info;
-  auto stub = ConnectCoordinator(args.StringOr("coordinator", ""));
-  if (auto st = FromGrpc(stub->GetJob(&context, req, &info)); !st.ok()) return Fail(cmd, st);
+  auto stub = ConnectCoordinator(args);
+  if (!stub.ok()) return Fail(cmd, stub.status());
+  if (auto st = FromGrpc((*stub)->GetJob(&context, req, &info)); !st.ok()) return Fail(cmd, st);
   PrintJson(JobJson(info, /*with_output=*/true));
   return 0;
 }
@@ -101,8 +103,9 @@ int Stream(const std::string& cmd, const Args& args) {
   req.set_job_id(*id);
   req.set_offset(*offset);
   grpc::ClientContext context;
-  auto stub = ConnectCoordinator(args.StringOr("coordinator", ""));
-  auto reader = stub->StreamJob(&context, req);
+  auto stub = ConnectCoordinator(args);
+  if (!stub.ok()) return Fail(cmd, stub.status());
+  auto reader = (*stub)->StreamJob(&context, req);
   auto outcome = FollowGenerateStream(context, *reader, *offset);
   if (!outcome.ok()) return Fail(cmd, outcome.status());
   PrintStreamOutcome(*outcome, args.Has("print-ids"));
@@ -116,8 +119,9 @@ int Cancel(const std::string& cmd, const Args& args) {
   req.set_job_id(*id);
   grpc::ClientContext context;
   v1::JobInfo info;
-  auto stub = ConnectCoordinator(args.StringOr("coordinator", ""));
-  if (auto st = FromGrpc(stub->CancelJob(&context, req, &info)); !st.ok()) return Fail(cmd, st);
+  auto stub = ConnectCoordinator(args);
+  if (!stub.ok()) return Fail(cmd, stub.status());
+  if (auto st = FromGrpc((*stub)->CancelJob(&context, req, &info)); !st.ok()) return Fail(cmd, st);
   PrintJson(JobJson(info, /*with_output=*/false));
   return 0;
 }
@@ -125,8 +129,9 @@ int Cancel(const std::string& cmd, const Args& args) {
 int List(const std::string& cmd, const Args& args) {
   grpc::ClientContext context;
   v1::ListJobsResponse resp;
-  auto stub = ConnectCoordinator(args.StringOr("coordinator", ""));
-  if (auto st = FromGrpc(stub->ListJobs(&context, v1::ListJobsRequest(), &resp)); !st.ok()) return Fail(cmd, st);
+  auto stub = ConnectCoordinator(args);
+  if (!stub.ok()) return Fail(cmd, stub.status());
+  if (auto st = FromGrpc((*stub)->ListJobs(&context, v1::ListJobsRequest(), &resp)); !st.ok()) return Fail(cmd, st);
   for (const v1::JobInfo& info : resp.jobs()) PrintJson(JobJson(info, /*with_output=*/false));
   return 0;
 }
@@ -162,6 +167,7 @@ int RunJob(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "layerpipe job: unknown action \"%s\"\n%s", action.c_str(), kUsage);
     return 2;
   }
+  for (FlagSpec& f : ConnectionFlagSpecs()) specs.push_back(f);
   int code = 0;
   auto args = ParseOrExit(cmd, std::vector<std::string>(argv.begin() + 1, argv.end()), specs, &code);
   if (!args) return code;

@@ -3,7 +3,9 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/npy.h"
+#include "cli/remote_client.h"
 #include "cli/remote_commands.h"
+#include "cli/remote_request.h"
 
 namespace layerpipe::cli {
 namespace {
@@ -18,12 +20,14 @@ std::vector<FlagSpec> Specs() {
       {"text", false, false, "with --coordinator: text to score (the coordinator tokenizes it)"},
   };
   for (FlagSpec& f : EngineFlagSpecs()) s.push_back(f);
+  for (FlagSpec& f : ConnectionFlagSpecs()) s.push_back(f);
   return s;
 }
 
 int Run(const Args& args) {
   const std::string cmd = "score";
   if (args.Has("coordinator")) return RunRemoteScore(args);
+  if (auto st = RejectFlags(args, ConnectionFlagNames(), "needs --coordinator"); !st.ok()) return Fail(cmd, st);
   if (args.Has("text")) return Fail(cmd, absl::InvalidArgumentError("--text needs --coordinator"));
   auto model = args.String("model");
   if (!model.ok()) return Fail(cmd, model.status());

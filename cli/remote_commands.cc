@@ -24,9 +24,10 @@ int RunRemoteGenerate(const Args& args) {
   }
   auto req = GenerateRequestFromArgs(args);
   if (!req.ok()) return Fail(cmd, req.status());
-  auto stub = ConnectCoordinator(args.StringOr("coordinator", ""));
+  auto stub = ConnectCoordinator(args);
+  if (!stub.ok()) return Fail(cmd, stub.status());
   grpc::ClientContext context;
-  auto reader = stub->Generate(&context, *req);
+  auto reader = (*stub)->Generate(&context, *req);
   auto outcome = FollowGenerateStream(context, *reader, 0);
   if (!outcome.ok()) return Fail(cmd, outcome.status());
   PrintStreamOutcome(*outcome, args.Has("print-ids"));
@@ -52,10 +53,11 @@ int RunRemoteScore(const Args& args) {
   const std::string logits_out = args.StringOr("logits-out", "");
   req.set_return_logits(!logits_out.empty());
 
-  auto stub = ConnectCoordinator(args.StringOr("coordinator", ""));
+  auto stub = ConnectCoordinator(args);
+  if (!stub.ok()) return Fail(cmd, stub.status());
   grpc::ClientContext context;
   v1::ScoreResponse resp;
-  if (auto st = FromGrpc(stub->Score(&context, req, &resp)); !st.ok()) return Fail(cmd, st);
+  if (auto st = FromGrpc((*stub)->Score(&context, req, &resp)); !st.ok()) return Fail(cmd, st);
   const int64_t n = resp.ids_size();
   if (resp.logprobs_size() != n) {
     return Fail(cmd, absl::DataLossError(absl::StrCat("the coordinator returned ", resp.logprobs_size(),

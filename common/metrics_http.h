@@ -10,6 +10,7 @@
 #include "common/metrics.h"
 
 struct mg_context;
+struct mg_connection;
 
 namespace layerpipe {
 
@@ -27,6 +28,7 @@ class MetricsHttpServer {
   int port() const { return port_; }
   // HOST:PORT with the port actually bound.
   const std::string& address() const { return address_; }
+  // Stopping takes up to 2 s: civetweb notices the stop between polls of its listening socket.
 
  private:
   explicit MetricsHttpServer(const MetricsRegistry* registry) : registry_(registry) {}
@@ -37,6 +39,13 @@ class MetricsHttpServer {
   int port_ = 0;
   std::string address_;
 };
+
+// For a server's main(): serves `registry` on `listen` unless that is empty (then null), and says
+// where on stderr ("PROGRAM: metrics on http://HOST:PORT/metrics"; stdout stays for the "listening
+// on" line tools parse).
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetricsIfAsked(const std::string& listen,
+                                                                       const MetricsRegistry* registry,
+                                                                       const char* program);
 
 }  // namespace layerpipe
 

@@ -80,8 +80,9 @@ struct KeyPair {
 
 absl::StatusOr<KeyPair> LoadKeyPair(const TlsFiles& files) {
   if (files.cert.empty() != files.key.empty()) {
-    return absl::InvalidArgumentError(files.cert.empty() ? absl::StrCat("a key (", files.key, ") without a certificate")
-                                                         : absl::StrCat("a certificate (", files.cert, ") without a key"));
+    return absl::InvalidArgumentError(files.cert.empty()
+                                          ? absl::StrCat("a key (", files.key, ") without a certificate")
+                                          : absl::StrCat("a certificate (", files.cert, ") without a key"));
   }
   KeyPair pair;
   auto cert = ReadPem(files.cert);

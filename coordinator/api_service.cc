@@ -39,8 +39,18 @@ v1::JobState JobStateOf(const Request& r) {
 }  // namespace
 
 LayerPipeService::LayerPipeService(const ModelConfig& config, const Tokenizer* tokenizer,
-                                   std::vector<int32_t> default_stop_ids, Pipeline* pipeline)
-    : config_(config), tokenizer_(tokenizer), default_stop_ids_(std::move(default_stop_ids)), pipeline_(pipeline) {}
+                                   std::vector<int32_t> default_stop_ids, Pipeline* pipeline,
+                                   std::shared_ptr<ClientGate> gate)
+    : config_(config),
+      tokenizer_(tokenizer),
+      default_stop_ids_(std::move(default_stop_ids)),
+      pipeline_(pipeline),
+      gate_(std::move(gate)) {}
+
+absl::StatusOr<ClientGate::Pass> LayerPipeService::Admit(const grpc::ServerContext& ctx) {
+  if (!gate_) return ClientGate::Pass();
+  return gate_->Admit(ctx);
+}
 
 absl::StatusOr<std::vector<int32_t>> LayerPipeService::CheckIds(
     const google::protobuf::RepeatedField<int32_t>& ids) const {
@@ -165,6 +175,8 @@ grpc::Status LayerPipeService::Stream(grpc::ServerContext* ctx, const std::share
 
 grpc::Status LayerPipeService::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                                         grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  auto pass = Admit(*ctx);
+  if (!pass.ok()) return ToGrpc(pass.status());
   auto r = BuildGenerate(*req);
   if (!r.ok()) return ToGrpc(r.status());
   if (auto st = pipeline_->Submit(*r); !st.ok()) return ToGrpc(st);
@@ -172,6 +184,8 @@ grpc::Status LayerPipeService::Generate(grpc::ServerContext* ctx, const v1::Gene
 }
 
 grpc::Status LayerPipeService::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req, v1::ScoreResponse* resp) {
+  auto pass = Admit(*ctx);
+  if (!pass.ok()) return ToGrpc(pass.status());
   auto r = std::make_shared<Request>();
   r->id = next_id_++;
   r->kind = RequestKind::kScore;
@@ -214,8 +228,10 @@ grpc::Status LayerPipeService::Score(grpc::ServerContext* ctx, const v1::ScoreRe
   return grpc::Status::OK;
 }
 
-grpc::Status LayerPipeService::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+grpc::Status LayerPipeService::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                                          v1::SubmitJobResponse* resp) {
+  auto pass = Admit(*ctx);
+  if (!pass.ok()) return ToGrpc(pass.status());
   auto r = BuildGenerate(req->request());
   if (!r.ok()) return ToGrpc(r.status());
   (*r)->job_id = absl::StrFormat("job-%06d", (*r)->id);
@@ -250,7 +266,9 @@ void LayerPipeService::FillJobInfo(const Request& r, bool with_tokens, v1::JobIn
   }
 }
 
-grpc::Status LayerPipeService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req, v1::JobInfo* resp) {
+grpc::Status LayerPipeService::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::JobInfo* resp) {
+  auto pass = Admit(*ctx);
+  if (!pass.ok()) return ToGrpc(pass.status());
   auto r = FindJob(req->job_id());
   if (!r) return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown job id \"", req->job_id(), "\""));
   std::lock_guard<std::mutex> lock(pipeline_->mutex());
@@ -260,6 +278,8 @@ grpc::Status LayerPipeService::GetJob(grpc::ServerContext*, const v1::GetJobRequ
 
 grpc::Status LayerPipeService::StreamJob(grpc::ServerContext* ctx, const v1::StreamJobRequest* req,
                                          grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  auto pass = Admit(*ctx);
+  if (!pass.ok()) return ToGrpc(pass.status());
   auto r = FindJob(req->job_id());
   if (!r) return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown job id \"", req->job_id(), "\""));
   if (req->offset() < 0) return Invalid("offset must be >= 0");
@@ -267,7 +287,9 @@ grpc::Status LayerPipeService::StreamJob(grpc::ServerContext* ctx, const v1::Str
   return Stream(ctx, r, req->offset(), /*owner=*/false, writer);
 }
 
-grpc::Status LayerPipeService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req, v1::JobInfo* resp) {
+grpc::Status LayerPipeService::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req, v1::JobInfo* resp) {
+  auto pass = Admit(*ctx);
+  if (!pass.ok()) return ToGrpc(pass.status());
   auto r = FindJob(req->job_id());
   if (!r) return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown job id \"", req->job_id(), "\""));
   pipeline_->Cancel(r);
@@ -276,7 +298,10 @@ grpc::Status LayerPipeService::CancelJob(grpc::ServerContext*, const v1::CancelJ
   return grpc::Status::OK;
 }
 
-grpc::Status LayerPipeService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse* resp) {
+grpc::Status LayerPipeService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest*,
+                                        v1::ListJobsResponse* resp) {
+  auto pass = Admit(*ctx);
+  if (!pass.ok()) return ToGrpc(pass.status());
   std::vector<std::shared_ptr<Request>> jobs;
   {
     std::lock_guard<std::mutex> lock(jobs_mu_);
@@ -287,8 +312,10 @@ grpc::Status LayerPipeService::ListJobs(grpc::ServerContext*, const v1::ListJobs
   return grpc::Status::OK;
 }
 
-grpc::Status LayerPipeService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* req,
+grpc::Status LayerPipeService::Tokenize(grpc::ServerContext* ctx, const v1::TokenizeRequest* req,
                                         v1::TokenizeResponse* resp) {
+  auto pass = Admit(*ctx);
+  if (!pass.ok()) return ToGrpc(pass.status());
   if (tokenizer_ == nullptr) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the coordinator has no tokenizer");
   const std::vector<int32_t> ids =
       req->chat() ? BuildChatPrompt(*tokenizer_, req->text()) : tokenizer_->Encode(req->text(), req->add_bos());
@@ -296,8 +323,10 @@ grpc::Status LayerPipeService::Tokenize(grpc::ServerContext*, const v1::Tokenize
   return grpc::Status::OK;
 }
 
-grpc::Status LayerPipeService::Detokenize(grpc::ServerContext*, const v1::DetokenizeRequest* req,
+grpc::Status LayerPipeService::Detokenize(grpc::ServerContext* ctx, const v1::DetokenizeRequest* req,
                                           v1::DetokenizeResponse* resp) {
+  auto pass = Admit(*ctx);
+  if (!pass.ok()) return ToGrpc(pass.status());
   if (tokenizer_ == nullptr) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the coordinator has no tokenizer");
   for (int i = 0; i < req->ids_size(); ++i) {
     if (req->ids(i) < 0 || req->ids(i) >= tokenizer_->vocab_size()) {
@@ -309,8 +338,10 @@ grpc::Status LayerPipeService::Detokenize(grpc::ServerContext*, const v1::Detoke
   return grpc::Status::OK;
 }
 
-grpc::Status LayerPipeService::ClusterStatus(grpc::ServerContext*, const v1::ClusterStatusRequest*,
+grpc::Status LayerPipeService::ClusterStatus(grpc::ServerContext* ctx, const v1::ClusterStatusRequest*,
                                              v1::ClusterStatusResponse* resp) {
+  auto pass = Admit(*ctx);
+  if (!pass.ok()) return ToGrpc(pass.status());
   *resp = pipeline_->Status();
   return grpc::Status::OK;
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/client_gate.h"
 #include "coordinator/pipeline.h"
 #include "engine/config.h"
 #include "engine/tokenizer.h"
@@ -18,9 +19,10 @@ namespace layerpipe {
 
 class LayerPipeService final : public v1::LayerPipe::Service {
  public:
-  // `tokenizer` may be null: text in and out is then refused, ids still work.
+  // `tokenizer` may be null: text in and out is then refused, ids still work. Every RPC passes `gate`
+  // first when there is one (authentication, per-client limits).
   LayerPipeService(const ModelConfig& config, const Tokenizer* tokenizer, std::vector<int32_t> default_stop_ids,
-                   Pipeline* pipeline);
+                   Pipeline* pipeline, std::shared_ptr<ClientGate> gate = nullptr);
 
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override;
@@ -41,6 +43,7 @@ class LayerPipeService final : public v1::LayerPipe::Service {
                              v1::ClusterStatusResponse* resp) override;
 
  private:
+  absl::StatusOr<ClientGate::Pass> Admit(const grpc::ServerContext& ctx);
   absl::StatusOr<std::shared_ptr<Request>> BuildGenerate(const v1::GenerateRequest& req);
   absl::StatusOr<std::vector<int32_t>> CheckIds(const google::protobuf::RepeatedField<int32_t>& ids) const;
   // Streams tokens [offset, ...) of `r` until it ends; `owner` requests are cancelled on disconnect.
@@ -53,6 +56,7 @@ class LayerPipeService final : public v1::LayerPipe::Service {
   const Tokenizer* tokenizer_;
   const std::vector<int32_t> default_stop_ids_;
   Pipeline* pipeline_;
+  const std::shared_ptr<ClientGate> gate_;
   std::atomic<uint64_t> next_id_{1};
   std::mutex jobs_mu_;
   std::map<std::string, std::shared_ptr<Request>> jobs_;

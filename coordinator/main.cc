@@ -13,14 +13,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/dash_flags.h"
+#include "common/metrics_http.h"
 #include "coordinator/api_service.h"
+#include "coordinator/coordinator_security.h"
 #include "coordinator/pipeline.h"
 #include "coordinator/planner.h"
 #include "engine/stop_conditions.h"
 #include "engine/tokenizer.h"
 
 ABSL_FLAG(std::string, listen, "", "address to serve clients on, e.g. 0.0.0.0:50051 or 127.0.0.1:0");
-ABSL_FLAG(std::string, advertise, "", "address workers reach this coordinator at (default: from --listen)");
+ABSL_FLAG(std::string, advertise, "",
+          "address workers report to (StepSink; default: from --peer-listen if given, else --listen)");
 ABSL_FLAG(std::string, model, "", "checkpoint directory (config.json, tokenizer.json); workers map the weights");
 ABSL_FLAG(std::string, workers, "", "worker addresses in pipeline order, comma-separated");
 ABSL_FLAG(std::string, layer_split, "", "explicit ranges like 0-4,5-5,6-11 (default: balanced by cost)");
@@ -34,12 +37,50 @@ ABSL_FLAG(absl::Duration, health_interval, absl::Seconds(1), "how often workers 
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(60),
           "on SIGTERM, how long admitted requests may take to finish (new ones are refused)");
 ABSL_FLAG(absl::Duration, startup_timeout, absl::Seconds(120), "how long to wait for the workers at start");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free port)");
+// Security (docs/security.md).
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain for the client port (TLS); with --tls-key");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
+ABSL_FLAG(std::string, tls_client_ca, "", "require client certificates signed by this CA on the client port");
+ABSL_FLAG(std::string, peer_listen, "",
+          "separate address for StepSink, which workers report to (required with --peer-* and --auth-tokens)");
+ABSL_FLAG(std::string, peer_cert, "",
+          "PEM certificate the coordinator presents to workers (dialling them, and on --peer-listen)");
+ABSL_FLAG(std::string, peer_key, "", "PEM private key of --peer-cert");
+ABSL_FLAG(std::string, peer_ca, "", "CA that signs the workers' certificates (mutual TLS with the workers)");
+ABSL_FLAG(std::string, auth_tokens, "",
+          "file of client tokens, one per line as TOKEN or NAME:TOKEN; every client RPC then needs "
+          "\"authorization: Bearer TOKEN\"");
+ABSL_FLAG(int, max_concurrent_per_client, 0,
+          "RPCs one client (token name, or IP address without tokens) may have open at once; 0: no limit");
 
 namespace {
 
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "layerpipe-coordinator: %s\n", msg.c_str());
   return 1;
+}
+
+layerpipe::CoordinatorSecurityFlags SecurityFlags() {
+  layerpipe::CoordinatorSecurityFlags f;
+  f.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  f.tls_key = absl::GetFlag(FLAGS_tls_key);
+  f.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  f.peer_cert = absl::GetFlag(FLAGS_peer_cert);
+  f.peer_key = absl::GetFlag(FLAGS_peer_key);
+  f.peer_ca = absl::GetFlag(FLAGS_peer_ca);
+  f.peer_listen = absl::GetFlag(FLAGS_peer_listen);
+  f.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
+  f.max_concurrent_per_client = absl::GetFlag(FLAGS_max_concurrent_per_client);
+  return f;
+}
+
+// The host part of a listen address, as something others can dial.
+std::string ReachableHost(const std::string& listen) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = "127.0.0.1";
+  return host;
 }
 
 }  // namespace
@@ -110,28 +151,53 @@ int main(int argc, char** argv) {
   popt.recovery_deadline = absl::GetFlag(FLAGS_recovery_deadline);
   popt.step_timeout = absl::GetFlag(FLAGS_step_timeout);
   popt.health_interval = absl::GetFlag(FLAGS_health_interval);
+  auto security = LoadCoordinatorSecurity(SecurityFlags());
+  if (!security.ok()) return Fail(std::string(security.status().message()));
+  for (const std::string& w : security->warnings) {
+    std::fprintf(stderr, "layerpipe-coordinator: warning: %s\n", w.c_str());
+  }
+  popt.worker_credentials = security->workers;
 
   // The server must be listening before the workers are assigned: the last stage reports to it.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   Pipeline pipeline(*config, popt);
-  LayerPipeService api(*config, tokenizer.get(), *stop_ids, &pipeline);
+  // Served from the start: a coordinator waiting for its workers shows layerpipe_ready 0.
+  auto metrics =
+      ServeMetricsIfAsked(absl::GetFlag(FLAGS_metrics_listen), &pipeline.metrics(), "layerpipe-coordinator");
+  if (!metrics.ok()) return Fail(absl::StrCat("--metrics-listen: ", metrics.status().message()));
+  LayerPipeService api(*config, tokenizer.get(), *stop_ids, &pipeline, security->gate);
   StepSinkService sink(&pipeline);
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, security->api, &port);
   builder.SetMaxReceiveMessageSize(512 << 20);
   builder.SetMaxSendMessageSize(512 << 20);
   builder.RegisterService(&api);
-  builder.RegisterService(&sink);
+  if (!security->peer) builder.RegisterService(&sink);  // else on its own port, below
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) return Fail(absl::StrCat("cannot listen on ", listen));
   server->GetHealthCheckService()->SetServingStatus(false);
+  const std::string host = ReachableHost(listen);
+  std::string self = absl::StrCat(host, ":", port);
 
-  std::string host = listen.substr(0, listen.rfind(':'));
-  if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = "127.0.0.1";
-  const std::string self = absl::GetFlag(FLAGS_advertise).empty() ? absl::StrCat(host, ":", port)
-                                                                   : absl::GetFlag(FLAGS_advertise);
+  // StepSink on the peer port: the only service there, so mutual TLS can be required of every caller.
+  std::unique_ptr<grpc::Server> peer_server;
+  if (security->peer) {
+    const std::string peer_listen = absl::GetFlag(FLAGS_peer_listen);
+    int peer_port = 0;
+    grpc::ServerBuilder peer_builder;
+    peer_builder.AddListeningPort(peer_listen, security->peer, &peer_port);
+    peer_builder.SetMaxReceiveMessageSize(512 << 20);
+    peer_builder.SetMaxSendMessageSize(512 << 20);
+    peer_builder.RegisterService(&sink);
+    peer_server = peer_builder.BuildAndStart();
+    if (!peer_server || peer_port == 0) return Fail(absl::StrCat("cannot listen on ", peer_listen, " (--peer-listen)"));
+    self = absl::StrCat(ReachableHost(peer_listen), ":", peer_port);
+    std::printf("layerpipe-coordinator peer port on %s\n", self.c_str());
+    std::fflush(stdout);
+  }
+  if (!absl::GetFlag(FLAGS_advertise).empty()) self = absl::GetFlag(FLAGS_advertise);
   if (auto st = pipeline.Start(self, absl::GetFlag(FLAGS_startup_timeout)); !st.ok()) {
     server->Shutdown();
     return Fail(absl::StrCat("the pipeline did not start: ", st.message()));
@@ -155,5 +221,6 @@ int main(int argc, char** argv) {
   }
   pipeline.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (peer_server) peer_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return 0;
 }

@@ -23,7 +23,13 @@ void SetDeadline(grpc::ClientContext& ctx, absl::Duration d) {
 
 }  // namespace
 
-Pipeline::Pipeline(const ModelConfig& config, PipelineOptions options) : config_(config), opt_(std::move(options)) {
+Pipeline::Pipeline(const ModelConfig& config, PipelineOptions options)
+    : config_(config), opt_(std::move(options)), metrics_(opt_.workers, opt_.ranges) {
+  metrics_.ReadLevelsWith([this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return CoordinatorMetrics::Levels{static_cast<int64_t>(queue_.size()), static_cast<int64_t>(running_.size()),
+                                      static_cast<int64_t>(in_flight_.size()), ready_.load()};
+  });
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(512 << 20);
   args.SetMaxSendMessageSize(512 << 20);
@@ -31,7 +37,8 @@ Pipeline::Pipeline(const ModelConfig& config, PipelineOptions options) : config_
     Stage st;
     st.address = opt_.workers[s];
     st.range = opt_.ranges[s];
-    st.stub = v1::Worker::NewStub(grpc::CreateCustomChannel(st.address, grpc::InsecureChannelCredentials(), args));
+    st.stub = v1::Worker::NewStub(grpc::CreateCustomChannel(
+        st.address, opt_.worker_credentials ? opt_.worker_credentials : grpc::InsecureChannelCredentials(), args));
     stages_.push_back(std::move(st));
   }
 }
@@ -107,6 +114,14 @@ void Pipeline::Stop() {
 }
 
 absl::Status Pipeline::Submit(std::shared_ptr<Request> r) {
+  const RequestKind kind = r->kind;
+  const auto prompt_tokens = static_cast<int64_t>(r->prompt.size());
+  absl::Status st = Enqueue(std::move(r));
+  metrics_.OnSubmit(kind, prompt_tokens, st);
+  return st;
+}
+
+absl::Status Pipeline::Enqueue(std::shared_ptr<Request> r) {
   const int64_t tokens =
       static_cast<int64_t>(r->prompt.size()) + (r->kind == RequestKind::kGenerate ? r->max_new_tokens : 0);
   r->kv_reserved.assign(stages_.size(), 0);
@@ -148,6 +163,7 @@ void Pipeline::Admit() {
     for (size_t s = 0; s < stages_.size(); ++s) stages_[s].kv_reserved += r.kv_reserved[s];
     r.state = RequestState::kPrefilling;
     r.admitted = Clock::now();
+    metrics_.OnAdmitted(r);
     running_.push_back(*it);
     it = queue_.erase(it);
   }
@@ -182,6 +198,7 @@ void Pipeline::Finish(Request& r, const std::string& reason, absl::Status error)
   r.finish_reason = reason;
   r.error = std::move(error);
   r.finished = Clock::now();
+  metrics_.OnFinished(r);
   if (was_admitted) {
     for (size_t s = 0; s < stages_.size(); ++s) stages_[s].kv_reserved -= r.kv_reserved[s];
     if (r.sent > 0) pending_release_.push_back(r.id);
@@ -270,7 +287,10 @@ void Pipeline::HandleToken(Request& r, const v1::SliceResult& s) {
   ti.set_id(id);
   ti.set_logprob(s.logprob());
   *ti.mutable_top() = s.top();
-  if (!r.first_token) r.first_token = Clock::now();
+  const auto now = Clock::now();
+  metrics_.OnToken(r, now);
+  if (!r.first_token) r.first_token = now;
+  r.last_token = now;
   const std::string piece = r.detok ? r.detok->Push(id) : std::string();
   const StopChecker::Reason reason = r.stop->Push(id, piece);
   r.pieces.push_back(r.stop->TakeEmittable());
@@ -337,6 +357,7 @@ void Pipeline::ApplyResult(const v1::StepResult& res) {
 }
 
 void Pipeline::Recover(std::unique_lock<std::mutex>& lock, const std::string& why) {
+  metrics_.OnRecovery();
   ready_ = false;
   std::fprintf(stderr, "layerpipe-coordinator: pipeline fault: %s; recovering\n", why.c_str());
   const absl::Time deadline = absl::Now() + opt_.recovery_deadline;
@@ -363,6 +384,7 @@ void Pipeline::Recover(std::unique_lock<std::mutex>& lock, const std::string& wh
     if (st.ok()) {
       fault_.clear();
       ready_ = true;
+      Admit();  // a drained stage's replacement lets the queue move again
       std::fprintf(stderr, "layerpipe-coordinator: pipeline restored (epoch %llu), replaying %zu sequences\n",
                    static_cast<unsigned long long>(epoch), running_.size());
       return;
@@ -444,6 +466,7 @@ void Pipeline::HealthLoop() {
         wake_.notify_all();
       }
       stages_[s].healthy = st.ok() && !lost;
+      metrics_.OnStageStatus(s, st.ok() ? &resp : nullptr);
       const bool draining = st.ok() && resp.draining();
       if (draining && !stages_[s].draining) {
         std::fprintf(stderr, "layerpipe-coordinator: stage %zu (%s) is draining; admission paused until it is replaced\n",

@@ -14,8 +14,11 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/security/credentials.h>
+
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/planner.h"
 #include "coordinator/request.h"
 #include "engine/config.h"
@@ -33,6 +36,8 @@ struct PipelineOptions {
   absl::Duration recovery_deadline = absl::Seconds(30);
   absl::Duration step_timeout = absl::Seconds(120);
   absl::Duration health_interval = absl::Seconds(1);
+  // How the coordinator dials the workers (mutual TLS when set up); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
 };
 
 class Pipeline {
@@ -68,6 +73,9 @@ class Pipeline {
   v1::ClusterStatusResponse Status();
   bool ready() const { return ready_.load(); }
 
+  // What /metrics serves (docs/metrics.md).
+  MetricsRegistry& metrics() { return metrics_.registry(); }
+
  private:
   struct Stage {
     std::string address;
@@ -94,6 +102,7 @@ class Pipeline {
   void Finish(Request& r, const std::string& reason, absl::Status error);  // under mu_
   void Admit();                                              // under mu_
   void Recover(std::unique_lock<std::mutex>& lock, const std::string& why);
+  absl::Status Enqueue(std::shared_ptr<Request> request);  // Submit, but for counting its outcome
   int BytesPerValue() const { return opt_.precision == "fp32" ? 4 : 2; }
 
   const ModelConfig config_;
@@ -117,6 +126,7 @@ class Pipeline {
   bool draining_ = false;  // this coordinator is shutting down
   std::atomic<bool> ready_{false};
   std::thread scheduler_, health_;
+  CoordinatorMetrics metrics_;
 };
 
 }  // namespace layerpipe

@@ -53,7 +53,7 @@ struct Request {
   std::vector<float> score_logprobs;  // for kScore: log p(ids[i+1] | ...), in order
   std::vector<float> logits;          // for kScore with return_logits
   std::vector<int64_t> kv_reserved;   // bytes per stage, while admitted
-  std::optional<Clock::time_point> admitted, first_token, finished;
+  std::optional<Clock::time_point> admitted, first_token, last_token, finished;
 
   bool done() const { return state == RequestState::kDone; }
   int64_t known() const { return static_cast<int64_t>(prompt.size() + generated.size()); }

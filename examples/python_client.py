@@ -3,6 +3,7 @@
 job that is submitted and then followed with StreamJob.
 
     python3 examples/python_client.py --coordinator HOST:PORT [--prompt TEXT] [--max-new-tokens N]
+        [--tls-ca CA.pem] [--token TOKEN]      # a coordinator with TLS and bearer tokens (docs/security.md)
 
 Needs only grpcio, protobuf and protoc (Debian: python3-grpcio python3-protobuf protobuf-compiler). The
 message classes are generated from proto/layerpipe.proto into a temporary directory when the script starts,
@@ -50,9 +51,18 @@ class LayerPipeClient:
         "ClusterStatus": (False, "ClusterStatusRequest", "ClusterStatusResponse"),
     }
 
-    def __init__(self, address, pb):
+    def __init__(self, address, pb, tls_ca=None, token=None):
         # Score can return full logits, far above gRPC's default 4 MB receive limit.
-        self.channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", -1)])
+        options = [("grpc.max_receive_message_length", -1)]
+        if tls_ca:
+            with open(tls_ca, "rb") as f:
+                credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+            if token:  # sent as "authorization: Bearer TOKEN" on every call
+                credentials = grpc.composite_channel_credentials(credentials,
+                                                                 grpc.access_token_call_credentials(token))
+            self.channel = grpc.secure_channel(address, credentials, options=options)
+        else:
+            self.channel = grpc.insecure_channel(address, options=options)
         for name, (streaming, request, response) in self.RPCS.items():
             make = self.channel.unary_stream if streaming else self.channel.unary_unary
             setattr(self, name, make(f"/layerpipe.v1.LayerPipe/{name}",
@@ -78,10 +88,14 @@ def main():
     ap.add_argument("--prompt", default="The capital of France is")
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--proto", default=DEFAULT_PROTO, help="path of layerpipe.proto")
+    ap.add_argument("--tls-ca", help="PEM CA of the coordinator's certificate (TLS)")
+    ap.add_argument("--token", help="bearer token (needs --tls-ca: gRPC sends tokens only over TLS)")
     args = ap.parse_args()
+    if args.token and not args.tls_ca:
+        ap.error("--token needs --tls-ca")
 
     pb = load_messages(args.proto)
-    client = LayerPipeClient(args.coordinator, pb)
+    client = LayerPipeClient(args.coordinator, pb, args.tls_ca, args.token)
 
     status = client.ClusterStatus(pb.ClusterStatusRequest(), timeout=30)
     print(f"cluster: model {status.model}, {status.num_layers} layers, {len(status.stages)} stages, "

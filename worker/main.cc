@@ -12,6 +12,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/dash_flags.h"
+#include "common/metrics_http.h"
+#include "common/tls.h"
 #include "worker/byte_size.h"
 #include "worker/worker_server.h"
 
@@ -21,6 +23,14 @@ ABSL_FLAG(int, threads, 0, "compute threads (0: LAYERPIPE_THREADS or all cores)"
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(60),
           "on SIGTERM, how long held sequences may take to finish before the worker exits");
 ABSL_FLAG(std::string, kv_budget, "", "KV cache budget, e.g. 8G or 512M (default: half the physical memory)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free port)");
+// Mutual TLS (docs/security.md): all three or none.
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: served, and presented to the next stage and the coordinator");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "CA that signs the coordinator's and the other workers' certificates; callers without one are refused");
 
 
 int main(int argc, char** argv) {
@@ -50,6 +60,18 @@ int main(int argc, char** argv) {
     }
     options.kv_budget_bytes = *bytes;
   }
+  const layerpipe::TlsFiles tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                                absl::GetFlag(FLAGS_tls_ca)};
+  if (!tls.cert.empty() || !tls.key.empty() || !tls.ca.empty()) {
+    auto creds = layerpipe::LoadMutualTls(tls);
+    if (!creds.ok()) {
+      std::fprintf(stderr, "layerpipe-worker: --tls-cert/--tls-key/--tls-ca: %s\n",
+                   std::string(creds.status().message()).c_str());
+      return 2;
+    }
+    options.server_credentials = creds->server;
+    options.channel_credentials = creds->channel;
+  }
 
   // Blocked before any thread starts, so every thread inherits the mask and only sigwait sees them.
   sigset_t stop_signals;
@@ -62,6 +84,12 @@ int main(int argc, char** argv) {
   if (!server.ok()) {
     std::fprintf(stderr, "layerpipe-worker: %s\n", std::string(server.status().message()).c_str());
     return 1;
+  }
+  auto metrics = layerpipe::ServeMetricsIfAsked(absl::GetFlag(FLAGS_metrics_listen), &(*server)->metrics(),
+                                                "layerpipe-worker");
+  if (!metrics.ok()) {
+    std::fprintf(stderr, "layerpipe-worker: --metrics-listen: %s\n", std::string(metrics.status().message()).c_str());
+    return 2;
   }
   std::printf("layerpipe-worker listening on %s\n", (*server)->address().c_str());
   std::fflush(stdout);

@@ -73,6 +73,14 @@ absl::Status Stage::CheckKvBudget(const v1::StepFrame& frame, const std::vector<
   return absl::OkStatus();
 }
 
+int64_t Stage::SlidingBytes(SequenceKv& kv) const {
+  int64_t bytes = 0;
+  for (int l = executor_.layer_begin(); l < executor_.layer_end(); ++l) {
+    if (kv.layer(l).ring()) bytes += static_cast<int64_t>(kv.layer(l).bytes());
+  }
+  return bytes;
+}
+
 absl::Status Stage::Run(const v1::StepFrame& frame, std::vector<float> hidden, v1::StepFrame* forward,
                         v1::StepResult* result) {
   const int64_t H = weights_->config().hidden_size;
@@ -104,6 +112,9 @@ absl::Status Stage::Run(const v1::StepFrame& frame, std::vector<float> hidden, v
     const int64_t bytes = static_cast<int64_t>(seq->kv->bytes());
     kv_bytes_used_ += bytes - seq->kv_bytes;
     seq->kv_bytes = bytes;
+    const int64_t sliding = SlidingBytes(*seq->kv);
+    kv_sliding_bytes_used_ += sliding - seq->kv_sliding_bytes;
+    seq->kv_sliding_bytes = sliding;
   }
   for (int i = 0, f = 0; i < frame.slices_size(); ++i) {
     if (f < static_cast<int>(fresh.size()) && fresh[f].get() == seqs[i]) {
@@ -200,6 +211,7 @@ void Stage::Release(const google::protobuf::RepeatedField<uint64_t>& seq_ids) {
     auto it = sequences_.find(id);
     if (it == sequences_.end()) continue;
     kv_bytes_used_ -= it->second->kv_bytes;
+    kv_sliding_bytes_used_ -= it->second->kv_sliding_bytes;
     sequences_.erase(it);
   }
 }

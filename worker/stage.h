@@ -53,6 +53,8 @@ class Stage {
   void Release(const google::protobuf::RepeatedField<uint64_t>& seq_ids);
 
   int64_t kv_bytes_used() const { return kv_bytes_used_; }
+  // The part of kv_bytes_used() in sliding-window rings; the rest is full-attention pages.
+  int64_t kv_sliding_bytes_used() const { return kv_sliding_bytes_used_; }
   int sequences() const { return static_cast<int>(sequences_.size()); }
   // Tokens the stage holds for a sequence; -1 when it holds none.
   int64_t SequenceLength(uint64_t seq_id) const;
@@ -61,6 +63,7 @@ class Stage {
   struct Sequence {
     std::unique_ptr<SequenceKv> kv;
     int64_t kv_bytes = 0;
+    int64_t kv_sliding_bytes = 0;  // of kv_bytes
     // Last stage only: every id the sequence has fed (prompt and generated tokens come back as
     // slice ids), for the repetition penalty; and its sampler, made on first use.
     std::vector<int32_t> history;
@@ -71,6 +74,8 @@ class Stage {
   absl::Status PrepareSequences(const v1::StepFrame& frame, std::vector<std::unique_ptr<Sequence>>* fresh,
                                 std::vector<Sequence*>* seqs) const;
   absl::Status CheckKvBudget(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs) const;
+  // Bytes of `kv`'s ring (sliding-window) layers.
+  int64_t SlidingBytes(SequenceKv& kv) const;
   // Logits, sampling and scores of the last stage.
   void RunHead(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs, const float* hidden,
                v1::StepResult* result);
@@ -80,6 +85,7 @@ class Stage {
   LayerRangeExecutor executor_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
   int64_t kv_bytes_used_ = 0;
+  int64_t kv_sliding_bytes_used_ = 0;
   std::vector<float> logits_;
 };
 

@@ -25,7 +25,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   std::unique_ptr<WorkerServer> s(new WorkerServer());
   s->service_ = std::make_unique<WorkerService>(options);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(options.listen_address,
+                           options.server_credentials ? options.server_credentials : grpc::InsecureServerCredentials(),
+                           &s->port_);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // gRPC sets SO_REUSEPORT by default: a second worker on the same port would then share it and get

@@ -23,6 +23,9 @@ class WorkerServer {
   const std::string& address() const { return address_; }
   int port() const { return port_; }
 
+  // What /metrics serves.
+  MetricsRegistry& metrics() { return service_->metrics(); }
+
   // See WorkerService::Drain.
   bool Drain(absl::Duration timeout) { return service_->Drain(timeout); }
 

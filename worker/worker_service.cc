@@ -19,11 +19,12 @@ grpc::Status ToGrpc(const absl::Status& st) {
   return grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message()));
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                          const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, credentials ? credentials : grpc::InsecureChannelCredentials(), args);
 }
 
 WeightSelection SelectionOf(const v1::AssignRequest& r) {
@@ -140,8 +141,10 @@ absl::Status WorkerService::DoAssign(const v1::AssignRequest& in, v1::AssignResp
   so.kv_budget_bytes = request.kv_budget_bytes() > 0 ? std::min(request.kv_budget_bytes(), worker_kv_budget_)
                                                      : worker_kv_budget_;
   a->stage = std::make_unique<Stage>(a->weights, so, pool_);
-  if (!request.last()) a->next = v1::Worker::NewStub(MakeChannel(request.next_address()));
-  a->sink = v1::StepSink::NewStub(MakeChannel(request.coordinator_address()));
+  if (!request.last()) {
+    a->next = v1::Worker::NewStub(MakeChannel(request.next_address(), options_.channel_credentials));
+  }
+  a->sink = v1::StepSink::NewStub(MakeChannel(request.coordinator_address(), options_.channel_credentials));
 
   std::shared_ptr<Assignment> old;
   {
@@ -154,7 +157,9 @@ absl::Status WorkerService::DoAssign(const v1::AssignRequest& in, v1::AssignResp
     assignment_ = a;
     sequencer_.Reset();
     kv_bytes_used_ = 0;
+    kv_sliding_bytes_used_ = 0;
     sequences_ = 0;
+    if (!idle_since_) idle_since_ = std::chrono::steady_clock::now();  // the compute thread is idle now
     outbox_.SetEpoch(a->epoch);
     assigning_ = false;
     cv_.notify_all();
@@ -193,7 +198,9 @@ grpc::Status WorkerService::Status(grpc::ServerContext*, const v1::WorkerStatusR
 // --------------------------------------------------------------------------------------------- data
 
 grpc::Status WorkerService::Step(grpc::ServerContext*, const v1::StepFrame* request, v1::StepAck*) {
-  return ToGrpc(AcceptStep(*request));
+  const absl::Status st = AcceptStep(*request);
+  if (!st.ok()) metrics_.OnRejected(st.code());
+  return ToGrpc(st);
 }
 
 absl::Status WorkerService::AcceptStep(const v1::StepFrame& frame) {
@@ -265,10 +272,15 @@ void WorkerService::ComputeLoop() {
       step = sequencer_.Pop();
       a = assignment_;
       busy_ = true;
+      if (idle_since_) {
+        idle_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - *idle_since_).count();
+        idle_since_.reset();
+      }
     }
     RunStep(*a, std::move(step));
     std::lock_guard<std::mutex> lock(mu_);
     busy_ = false;
+    idle_since_ = std::chrono::steady_clock::now();
     cv_.notify_all();
   }
 }
@@ -279,7 +291,27 @@ void WorkerService::RecordStep(const Assignment& a, std::chrono::steady_clock::t
   compute_ms_total_ += ms;
   ++steps_;
   kv_bytes_used_ = a.stage->kv_bytes_used();
+  kv_sliding_bytes_used_ = a.stage->kv_sliding_bytes_used();
   sequences_ = a.stage->sequences();
+  metrics_.OnStep(ms / 1000.0);
+}
+
+WorkerMetrics::Levels WorkerService::MetricsLevels() {
+  WorkerMetrics::Levels l;
+  std::lock_guard<std::mutex> lock(mu_);
+  l.stage = assignment_ ? assignment_->request.stage() : -1;
+  l.kv_sliding_bytes = kv_sliding_bytes_used_;
+  l.kv_full_bytes = kv_bytes_used_ - kv_sliding_bytes_used_;
+  l.kv_capacity_bytes = assignment_ ? assignment_->stage->options().kv_budget_bytes : worker_kv_budget_;
+  l.sequences = sequences_;
+  l.queued_steps = static_cast<int64_t>(sequencer_.held());
+  l.pending_sends = static_cast<int64_t>(outbox_.pending());
+  l.idle_seconds = idle_seconds_;
+  if (idle_since_) {
+    l.idle_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - *idle_since_).count();
+  }
+  l.transfer_seconds = outbox_.transfer_ms_total() / 1000.0;
+  return l;
 }
 
 void WorkerService::RunStep(Assignment& a, QueuedStep step) {

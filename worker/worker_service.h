@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -36,6 +37,7 @@
 #include "worker/outbox.h"
 #include "worker/stage.h"
 #include "worker/step_sequencer.h"
+#include "worker/worker_metrics.h"
 
 namespace layerpipe {
 
@@ -50,6 +52,10 @@ struct WorkerOptions {
   int threads = 0;              // compute threads; 0: LAYERPIPE_THREADS or all cores
   int64_t kv_budget_bytes = 0;  // 0: half the physical memory
   OutboxOptions outbox;
+  // Mutual TLS: the server's credentials (demanding a client certificate) and the channels' to the next
+  // stage and the coordinator (presenting the same certificate). Null: plaintext.
+  std::shared_ptr<grpc::ServerCredentials> server_credentials;
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
 };
 
 class WorkerService final : public v1::Worker::Service {
@@ -71,6 +77,9 @@ class WorkerService final : public v1::Worker::Service {
   // True when it drained.
   bool Drain(absl::Duration timeout);
 
+  // What /metrics serves (docs/metrics.md).
+  MetricsRegistry& metrics() { return metrics_.registry(); }
+
  private:
   // Everything one Assign set up; replaced whole by the next.
   struct Assignment {
@@ -89,6 +98,7 @@ class WorkerService final : public v1::Worker::Service {
   void ComputeLoop();
   void RecordStep(const Assignment& a, std::chrono::steady_clock::time_point start);
   void RunStep(Assignment& a, QueuedStep step);
+  WorkerMetrics::Levels MetricsLevels();
 
   const WorkerOptions options_;
   const int64_t worker_kv_budget_;
@@ -108,8 +118,14 @@ class WorkerService final : public v1::Worker::Service {
   // Mirrors of the stage's state for Status (the stage belongs to the compute thread).
   int64_t kv_bytes_used_ = 0;
   int sequences_ = 0;
+  int64_t kv_sliding_bytes_used_ = 0;
+  // Pipeline idle time: the compute thread waiting with a range assigned and no step to run.
+  double idle_seconds_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> idle_since_;  // set while idle
   double compute_ms_total_ = 0;
   int64_t steps_ = 0;
+
+  WorkerMetrics metrics_{[this] { return MetricsLevels(); }};
 
   std::mutex stop_mu_;  // Stop() may be called from several threads
   std::thread compute_;

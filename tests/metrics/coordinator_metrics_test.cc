@@ -1,0 +1,116 @@
+// What the coordinator's hooks make of requests: outcomes by kind and code, token latencies, and the
+// stages' KV from their status.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "coordinator/coordinator_metrics.h"
+
+namespace layerpipe {
+namespace {
+
+using Clock = CoordinatorMetrics::Clock;
+using std::chrono::milliseconds;
+
+CoordinatorMetrics TwoStages() {
+  return CoordinatorMetrics({"10.0.0.1:7001", "10.0.0.2:7001"}, {{0, 24}, {24, 48}});
+}
+
+bool Has(const std::string& text, const std::string& line) { return text.find(line + "\n") != std::string::npos; }
+
+TEST(CoordinatorMetrics, TokensGiveFirstTokenAndInterTokenLatencies) {
+  CoordinatorMetrics m({"a:1"}, {{0, 4}});
+  Request r;
+  r.created = Clock::time_point() + std::chrono::hours(1);
+  // Tokens 250 ms, 500 ms and 1 s after arrival, as Pipeline::HandleToken reports them.
+  for (auto at : {milliseconds(250), milliseconds(500), milliseconds(1000)}) {
+    const Clock::time_point now = r.created + at;
+    m.OnToken(r, now);
+    if (!r.first_token) r.first_token = now;
+    r.last_token = now;
+  }
+  const std::string text = m.registry().Render();
+  EXPECT_TRUE(Has(text, "layerpipe_generated_tokens_total 3")) << text;
+  EXPECT_TRUE(Has(text, "layerpipe_time_to_first_token_seconds_count 1")) << text;
+  EXPECT_TRUE(Has(text, "layerpipe_time_to_first_token_seconds_sum 0.25")) << text;
+  EXPECT_TRUE(Has(text, "layerpipe_time_to_first_token_seconds_bucket{le=\"0.256\"} 1")) << text;
+  EXPECT_TRUE(Has(text, "layerpipe_time_to_first_token_seconds_bucket{le=\"0.128\"} 0")) << text;
+  EXPECT_TRUE(Has(text, "layerpipe_inter_token_latency_seconds_count 2")) << text;
+  EXPECT_TRUE(Has(text, "layerpipe_inter_token_latency_seconds_sum 0.75")) << text;
+}
+
+TEST(CoordinatorMetrics, RequestsCountedByKindAndCode) {
+  CoordinatorMetrics m = TwoStages();
+  auto finish = [&](RequestKind kind, const std::string& reason, absl::Status error) {
+    Request r;
+    r.kind = kind;
+    r.finish_reason = reason;
+    r.error = error;
+    r.finished = r.created + milliseconds(20);
+    m.OnFinished(r);
+  };
+  finish(RequestKind::kGenerate, "length", absl::OkStatus());
+  finish(RequestKind::kGenerate, "stop", absl::OkStatus());
+  finish(RequestKind::kGenerate, "cancelled", absl::OkStatus());
+  finish(RequestKind::kGenerate, "cancelled", absl::UnavailableError("shutting down"));
+  finish(RequestKind::kScore, "stop", absl::OkStatus());
+  finish(RequestKind::kScore, "error", absl::InvalidArgumentError("bad"));
+  m.OnSubmit(RequestKind::kGenerate, 12, absl::ResourceExhaustedError("too big"));
+  m.OnSubmit(RequestKind::kGenerate, 7, absl::OkStatus());
+  m.OnSubmit(RequestKind::kScore, 5, absl::OkStatus());
+  m.OnRecovery();
+  const std::string text = m.registry().Render();
+  for (const char* line : {
+           "layerpipe_requests_total{code=\"OK\",kind=\"generate\"} 2",
+           "layerpipe_requests_total{code=\"CANCELLED\",kind=\"generate\"} 1",
+           "layerpipe_requests_total{code=\"UNAVAILABLE\",kind=\"generate\"} 1",
+           "layerpipe_requests_total{code=\"RESOURCE_EXHAUSTED\",kind=\"generate\"} 1",
+           "layerpipe_requests_total{code=\"OK\",kind=\"score\"} 1",
+           "layerpipe_requests_total{code=\"INVALID_ARGUMENT\",kind=\"score\"} 1",
+           "layerpipe_request_duration_seconds_count{kind=\"generate\"} 4",
+           "layerpipe_request_duration_seconds_count{kind=\"score\"} 2",
+           "layerpipe_prompt_tokens_total 12",
+           "layerpipe_recoveries_total 1",
+       }) {
+    EXPECT_TRUE(Has(text, line)) << line << " not in\n" << text;
+  }
+}
+
+TEST(CoordinatorMetrics, LevelsAndStagesFromTheirSources) {
+  CoordinatorMetrics m = TwoStages();
+  CoordinatorMetrics::Levels levels{3, 2, 1, true};
+  m.ReadLevelsWith([&] { return levels; });
+  v1::WorkerStatus status;
+  status.set_kv_capacity_bytes(1000);
+  status.set_kv_bytes_used(300);
+  status.set_sequences(2);
+  status.set_compute_ms_total(1500);
+  status.set_transfer_ms_total(250);
+  m.OnStageStatus(1, &status);
+  m.OnStageStatus(0, nullptr);
+  m.OnStageStatus(5, &status);  // no such stage: ignored
+  const std::string text = m.registry().Render();
+  for (const char* line : {
+           "layerpipe_queue_depth 3",
+           "layerpipe_running_sequences 2",
+           "layerpipe_steps_in_flight 1",
+           "layerpipe_ready 1",
+           "layerpipe_stage_up{stage=\"0\"} 0",
+           "layerpipe_stage_up{stage=\"1\"} 1",
+           "layerpipe_stage_kv_bytes_used{stage=\"1\"} 300",
+           "layerpipe_stage_kv_bytes_free{stage=\"1\"} 700",
+           "layerpipe_stage_sequences{stage=\"1\"} 2",
+           "layerpipe_stage_compute_seconds_total{stage=\"1\"} 1.5",
+           "layerpipe_stage_transfer_seconds_total{stage=\"1\"} 0.25",
+           "# TYPE layerpipe_stage_compute_seconds_total counter",
+           "layerpipe_stage_info{address=\"10.0.0.2:7001\",first_layer=\"24\",last_layer=\"47\",stage=\"1\"} 1",
+       }) {
+    EXPECT_TRUE(Has(text, line)) << line << " not in\n" << text;
+  }
+  levels.ready = false;
+  EXPECT_TRUE(Has(m.registry().Render(), "layerpipe_ready 0"));
+}
+
+}  // namespace
+}  // namespace layerpipe
