@@ -9,11 +9,18 @@ No helm binary or Docker engine is needed. What is checked:
   default values, each ci/*-values.yaml and a few variants; the rendered objects hang together: selectors
   match pod labels, the StatefulSet's headless Service, the coordinator's --workers list is exactly the
   StatefulSet's stable DNS names for workers.replicas, ports agree between flags, containers, probes
-  (native gRPC) and Services, the model volume is mounted read-only at the same path everywhere, GPU
-  requests appear only with workers.gpu.enabled, the Secret is mounted when enabled, every flag exists.
+  (native gRPC, or tcpSocket with tls.enabled) and Services, the model volume is mounted read-only at the
+  same path everywhere, GPU requests appear only with workers.gpu.enabled, the Secret is mounted when
+  enabled, every flag exists; metrics: --metrics-listen, the `metrics` containerPort, the prometheus.io/*
+  annotations and the Services' metrics port agree (all absent when off), the ServiceMonitor follows its
+  values and selects both Services; TLS, tokens, limits: exactly the expected --tls-*/--peer-*/--auth-tokens/
+  --max-concurrent-per-client flags, naming files under the mounted Secret (present in secret.data when the
+  chart creates it), the peer port in flag, containerPort, Service and --advertise, and the helm test pod
+  mounting the Secret and passing --tls-ca/--token-file.
 - compose, systemd, Dockerfiles: they parse, name the three binaries and only flags the binaries define
   (from their --helpfull, or the source's ABSL_FLAG definitions without a build), the compose --workers
-  list names the worker services at their ports, the units' variables are defined by the shipped env files.
+  list names the worker services at their ports, every compose server exposes and publishes (once) its
+  --metrics-listen port, the units' variables (metrics, TLS included) are defined by the shipped env files.
 - check-model.sh (the init container, ExecStartPre and image helper) accepts a complete checkpoint and
   rejects incomplete ones; deploy/runtime-packages.sh resolves the binaries' libraries to packages.
 - docs/deploy.md's sizing tables equal what deploy/sizing.py computes from MODEL.md's shapes.
@@ -21,7 +28,9 @@ No helm binary or Docker engine is needed. What is checked:
   compose file and the systemd units (addresses and model path rewritten to loopback and a tiny generated
   48-layer checkpoint) start a real pipeline; the coordinator's gRPC health is NOT_SERVING until its workers
   serve and SERVING after; the chart's `helm test` command and the compose health checks succeed
-  against it; SIGTERM stops every process with status 0.
+  against it; every --metrics-listen serves Prometheus text; the chart's TLS example runs with a generated
+  CA and certificate (health over TLS, a worker refuses callers without a client certificate, the client
+  is refused without its token); SIGTERM stops every process with status 0.
 
 --self-test copies the files, injects one error at a time and asserts the checker fails on each.
 """
@@ -39,6 +48,7 @@ import sys
 import tempfile
 import time
 import traceback
+import urllib.request
 
 import yaml
 
@@ -246,6 +256,13 @@ class Checker:
             "secret both created and existing": {"secret": {"create": True, "existingSecret": "mine"}},
             "unknown top-level key": {"replicas": 2},
             "typo in workers": {"workers": {"replica": 3}},
+            "metrics.port as a string": {"metrics": {"port": "9100"}},
+            "metrics.serviceMonitor.interval without unit": {"metrics": {"serviceMonitor": {"interval": "30"}}},
+            "coordinator.peerPort 0": {"coordinator": {"peerPort": 0}},
+            "tls.enabled as a string": {"tls": {"enabled": "yes"}},
+            "a Secret key with a slash": {"tls": {"caKey": "certs/ca.crt"}},
+            "typo in tls": {"tls": {"enable": True}},
+            "negative per-client limit": {"limits": {"maxConcurrentPerClient": -1}},
         }
         for what, override in broken.items():
             need(errors(gotemplate.merge_values(base, override)), f"the schema accepts broken values: {what}")
@@ -288,6 +305,14 @@ class Checker:
             "secret": {"existingSecret": "layerpipe-tls"},
             "model": {"subPath": "gemma-4-12b-it", "validate": {"enabled": False, "requireTokenizer": True}},
             "fullnameOverride": "lp"}]
+        out["metrics off"] = [{"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}}]
+        out["tls only, created secret"] = [{
+            "coordinator": {"peerPort": 7443},
+            "tls": {"enabled": True, "certKey": "server.pem", "keyKey": "server-key.pem", "caKey": "cluster-ca.pem"},
+            "secret": {"create": True, "data": {"server.pem": "c", "server-key.pem": "k", "cluster-ca.pem": "a"}},
+            "metrics": {"port": 9091}}]
+        out["tokens without TLS, limit"] = [{"auth": {"enabled": True}, "limits": {"maxConcurrentPerClient": 4},
+                                            "secret": {"create": True, "data": {"tokens": "t", "test-token": "t"}}}]
         out["release name without the chart's"] = "prod"  # a release name instead of overrides
         return out
 
@@ -391,7 +416,18 @@ class Checker:
              f"--workers is {flag_value(cargs, 'workers')!r}, expected {expected!r}")
         need(flag_value(wargs, "listen") == f"0.0.0.0:{wport}", f"worker --listen {flag_value(wargs, 'listen')!r}")
         need(flag_value(cargs, "listen") == f"0.0.0.0:{c['port']}", f"coordinator --listen {flag_value(cargs, 'listen')!r}")
-        need(flag_value(cargs, "advertise") == f"$(POD_IP):{c['port']}", "the coordinator must advertise its pod IP")
+        tls, metrics, auth = values["tls"], values["metrics"], values["auth"]
+        # The coordinator refuses --auth-tokens or --peer-cert without a separate --peer-listen port.
+        peer_on = tls["enabled"] or auth["enabled"]
+        api_host = f"{api['metadata']['name']}.{NAMESPACE}.svc.{values['clusterDomain']}"
+        if tls["enabled"]:
+            # The peer certificate covers the Service's name, not the pod IP.
+            need(flag_value(cargs, "advertise") == f"{api_host}:{c['peerPort']}",
+                 f"with TLS the coordinator must advertise {api_host}:{c['peerPort']}, not {flag_value(cargs, 'advertise')!r}")
+        elif auth["enabled"]:
+            need(flag_value(cargs, "advertise") == f"$(POD_IP):{c['peerPort']}", "with tokens the coordinator must advertise its peer port")
+        else:
+            need(flag_value(cargs, "advertise") == f"$(POD_IP):{c['port']}", "the coordinator must advertise its pod IP")
         need(any(e["name"] == "POD_IP" and e["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP" for e in coord["env"]),
              "POD_IP is not set from status.podIP")
         for flag, want in (("precision", values["precision"]), ("layer-split", c["layerSplit"] or None),
@@ -400,14 +436,20 @@ class Checker:
         need(flag_value(wargs, "kv-budget") == (w["kvBudget"] or None), "worker --kv-budget does not follow workers.kvBudget")
         need(flag_value(wargs, "threads") == str(w["threads"]), "worker --threads does not follow workers.threads")
 
-        # Ports: flag = containerPort = probe port = Service target.
+        # Ports: flag = containerPort = probe port = Service target. The native gRPC probe cannot do TLS:
+        # with tls.enabled the probes must be tcpSocket probes.
         for name, ctr, port, svc in (("coordinator", coord, c["port"], api), ("worker", worker, wport, headless)):
             need([p["containerPort"] for p in ctr["ports"] if p["name"] == "grpc"] == [port], f"{name}: containerPort != {port}")
+            kind, other = ("tcpSocket", "grpc") if tls["enabled"] else ("grpc", "tcpSocket")
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-                need(ctr.get(probe, {}).get("grpc", {}).get("port") == port, f"{name}: {probe} is not a gRPC probe on {port}")
-            need([p["targetPort"] for p in svc["spec"]["ports"]] == ["grpc"], f"{name} Service does not target the grpc port")
+                need(ctr.get(probe, {}).get(kind, {}).get("port") == port and other not in ctr[probe],
+                     f"{name}: {probe} is not a {kind} probe on {port}")
+            want = ["grpc"] + (["peer"] if svc is api and peer_on else []) + (["metrics"] if metrics["enabled"] else [])
+            need([p["targetPort"] for p in svc["spec"]["ports"]] == want,
+                 f"{name} Service targets {[p['targetPort'] for p in svc['spec']['ports']]}, expected {want}")
         need(headless["spec"]["ports"][0]["port"] == wport, "the worker Service port differs from workers.port")
         need(api["spec"]["ports"][0]["port"] == c["service"]["port"], "the coordinator Service port differs from its value")
+        self.check_security_and_metrics(values, by_kind, deploy, sts, coord, worker, cargs, wargs, api, headless)
         # The coordinator may take --startup-timeout to reach its workers plus one assignment to map weights.
         sp = coord["startupProbe"]
         need(sp["periodSeconds"] * sp["failureThreshold"] >= parse_duration(c["startupTimeout"]) + ASSIGN_TIMEOUT_S,
@@ -507,8 +549,90 @@ class Checker:
         notes = [t for n, t in rendered.items() if n.endswith("NOTES.txt")][0]
         need(f"port-forward service/{api['metadata']['name']} {c['service']['port']}:{c['service']['port']}" in notes,
              "NOTES.txt does not show the port-forward to the coordinator Service")
+        need("NOT used" not in notes, "NOTES.txt still says the Secret is not used")
+        need(("tcpSocket" in notes) == tls["enabled"], "NOTES.txt must say that with TLS the probes are tcpSocket probes")
+        need((f":{metrics['port']}/metrics" in notes) == metrics["enabled"], "NOTES.txt must show the metrics port")
+        # The test pod speaks TLS and sends a token when the coordinator wants them, from the mounted Secret.
+        mount = values["secret"]["mountPath"]
+        want_flags = {"tls-ca": f"{mount}/{tls['caKey']}" if tls["enabled"] else None,
+                      "token-file": f"{mount}/{auth['testTokenKey']}" if auth["enabled"] else None}
+        for flag, want in want_flags.items():
+            need(flag_value(targs, flag) == want, f"the helm test pod's --{flag} is {flag_value(targs, flag)!r}, expected {want!r}")
+        tmounts = {m["name"]: m["mountPath"] for m in test_pod["spec"]["containers"][0].get("volumeMounts", [])}
+        if tls["enabled"] or auth["enabled"]:
+            need(tmounts.get("secret") == mount, "the helm test pod does not mount the Secret")
+            tvols = {v["name"]: v for v in test_pod["spec"].get("volumes", [])}
+            need(tvols.get("secret", {}).get("secret", {}).get("secretName") == (values["secret"]["existingSecret"] or one("Secret")["metadata"]["name"]),
+                 "the helm test pod's secret volume is not the chart's Secret")
+
+    def check_security_and_metrics(self, values, by_kind, deploy, sts, coord, worker, cargs, wargs, api, headless):
+        """Metrics: flag = containerPort = annotations = Service port; TLS, tokens, limits: flags and mounted files."""
+        tls, metrics, auth = values["tls"], values["metrics"], values["auth"]
+        mport = metrics["port"]
+        for name, wl, ctr, args, svc in (("coordinator", deploy, coord, cargs, api), ("worker", sts, worker, wargs, headless)):
+            ann = wl["spec"]["template"]["metadata"].get("annotations") or {}
+            ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
+            svc_ports = {p["name"]: p for p in svc["spec"]["ports"]}
+            if metrics["enabled"]:
+                listen = flag_value(args, "metrics-listen")
+                need(listen == f"0.0.0.0:{mport}", f"{name}: --metrics-listen is {listen!r}, expected 0.0.0.0:{mport}")
+                need(ports.get("metrics") == mport, f"{name}: containerPort metrics is {ports.get('metrics')}, --metrics-listen {listen}")
+                need(ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/path") == "/metrics"
+                     and ann.get("prometheus.io/port") == str(mport),
+                     f"{name}: prometheus.io annotations {ann} disagree with --metrics-listen {listen}")
+                need(svc_ports.get("metrics", {}).get("port") == mport, f"{name} Service: metrics port is not {mport}")
+            else:
+                need(flag_value(args, "metrics-listen") is None and "metrics" not in ports
+                     and not any(k.startswith("prometheus.io/") for k in ann),
+                     f"{name}: metrics flag, port or annotations although metrics.enabled is false")
+        monitors = by_kind.get("ServiceMonitor", [])
+        need(len(monitors) == int(metrics["enabled"] and metrics["serviceMonitor"]["enabled"]),
+             "the ServiceMonitor does not follow metrics.enabled and metrics.serviceMonitor.enabled")
+        for sm in monitors:
+            sel = sm["spec"]["selector"]["matchLabels"]
+            for svc in (api, headless):
+                need(sel.items() <= svc["metadata"]["labels"].items(), f"the ServiceMonitor does not select Service {svc['metadata']['name']}")
+            need([e["port"] for e in sm["spec"]["endpoints"]] == ["metrics"] and sm["spec"]["endpoints"][0]["path"] == "/metrics",
+                 "the ServiceMonitor must scrape the metrics port at /metrics")
+            for k, v in metrics["serviceMonitor"]["labels"].items():
+                need(sm["metadata"]["labels"].get(k) == v, f"the ServiceMonitor lacks label {k}={v}")
+
         secret_on = bool(values["secret"]["create"] or values["secret"]["existingSecret"])
-        need(("NOT used yet" in notes) == secret_on, "NOTES.txt must say the mounted secret is not used yet")
+        mount = values["secret"]["mountPath"]
+
+        def file_of(key):
+            return f"{mount}/{key}"
+        coord_want = {"tls-cert": None, "tls-key": None, "peer-listen": None, "peer-cert": None, "peer-key": None,
+                      "peer-ca": None, "tls-client-ca": None, "auth-tokens": None, "max-concurrent-per-client": None}
+        worker_want = {"tls-cert": None, "tls-key": None, "tls-ca": None}
+        files = []
+        peer_port = values["coordinator"]["peerPort"]
+        if tls["enabled"] or auth["enabled"]:
+            coord_want["peer-listen"] = f"0.0.0.0:{peer_port}"
+            need({p["name"]: p["containerPort"] for p in coord["ports"]}.get("peer") == peer_port,
+                 "the coordinator's peer containerPort differs from --peer-listen")
+            peer = [p for p in api["spec"]["ports"] if p["name"] == "peer"]
+            need(peer and peer[0]["port"] == peer_port and peer[0]["targetPort"] == "peer",
+                 "the coordinator Service does not expose the peer port the coordinator advertises")
+        if tls["enabled"]:
+            need(secret_on, "tls.enabled renders without a Secret to read the certificates from")
+            cert, key, ca = file_of(tls["certKey"]), file_of(tls["keyKey"]), file_of(tls["caKey"])
+            coord_want.update({"tls-cert": cert, "tls-key": key, "peer-cert": cert, "peer-key": key, "peer-ca": ca})
+            worker_want.update({"tls-cert": cert, "tls-key": key, "tls-ca": ca})
+            files += [tls["certKey"], tls["keyKey"], tls["caKey"]]
+        if auth["enabled"]:
+            need(secret_on, "auth.enabled renders without a Secret to read the tokens from")
+            coord_want["auth-tokens"] = file_of(auth["tokensKey"])
+            files.append(auth["tokensKey"])
+        if values["limits"]["maxConcurrentPerClient"]:
+            coord_want["max-concurrent-per-client"] = str(values["limits"]["maxConcurrentPerClient"])
+        for name, args, want in (("coordinator", cargs, coord_want), ("worker", wargs, worker_want)):
+            for flag, value in want.items():
+                need(flag_value(args, flag) == value, f"{name} --{flag} is {flag_value(args, flag)!r}, expected {value!r}")
+        # The files the flags name are in the Secret the chart creates (an existing one is the user's).
+        if values["secret"]["create"]:
+            for f in files:
+                need(f in values["secret"]["data"], f"secret.data has no {f}, which a flag reads")
 
     # =====================================================================================================
     # check-model.sh
@@ -609,6 +733,7 @@ class Checker:
         need({"coordinator", "worker-0", "worker-1"} <= set(services), "compose needs coordinator, worker-0 and worker-1")
         model_mounts = set()
         listen = {}
+        metrics_hosts = []
         for name, svc in services.items():
             need(isinstance(svc.get("command"), list), f"{name}: command must be a list")
             program = self.check_argv(svc["command"], f"compose {name}")
@@ -627,11 +752,22 @@ class Checker:
                 need(test[0] == "CMD", f"{name}: healthcheck must be a CMD list")
                 if test[1] == "layerpipe":
                     self.check_argv(test[1:], f"compose {name} healthcheck")
+            if program in ("layerpipe-worker", "layerpipe-coordinator"):
+                # Metrics: every server serves them, on the port it exposes and publishes (once per host port).
+                mlisten = flag_value(svc["command"], "metrics-listen")
+                need(mlisten and re.fullmatch(r"0\.0\.0\.0:\d+", mlisten), f"{name}: --metrics-listen must be 0.0.0.0:PORT, not {mlisten!r}")
+                mport = mlisten.rsplit(":", 1)[1]
+                need(mport in [str(e) for e in svc.get("expose", [])], f"{name}: does not expose its metrics port {mport}")
+                published = [str(p).rsplit(":", 1) for p in svc.get("ports", [])]
+                hosts = [h for h, ctr in published if ctr == mport]
+                need(len(hosts) == 1, f"{name}: the metrics port {mport} is not published once: {svc.get('ports')}")
+                metrics_hosts.append(hosts[0])
             if program == "layerpipe-worker":
                 listen[name] = flag_value(svc["command"], "listen").rsplit(":", 1)[1]
                 need(f"/dev/tcp/127.0.0.1/{listen[name]}" in " ".join(svc["healthcheck"]["test"]),
                      f"{name}: the healthcheck does not probe its --listen port")
         need(len(model_mounts) == 1, f"the model is mounted at different paths: {model_mounts}")
+        need(len(set(metrics_hosts)) == len(metrics_hosts), f"metrics host ports repeat: {metrics_hosts}")
         coord = services["coordinator"]["command"]
         workers = flag_value(coord, "workers").split(",")
         need([w.rsplit(":", 1)[0] for w in workers] == sorted(listen), f"--workers {workers} must list the worker services in order")
@@ -821,36 +957,42 @@ class Checker:
                         "--shards", "2"], check=True, capture_output=True, timeout=120)
         runs = []
         # The chart, defaults and the GPU example: container command + args, flagfiles from the ConfigMap.
-        for scenario in ("defaults", "ci/gpu-values.yaml"):
+        for scenario in ("defaults", "ci/gpu-values.yaml", "ci/tls-values.yaml"):
             values, rendered, objects, _ = self.rendered[scenario]
             pods = {o["kind"]: o for _, o in objects if o["kind"] in ("Deployment", "StatefulSet")}
             config = [o for _, o in objects if o["kind"] == "ConfigMap"][0]["data"]
             coord = pods["Deployment"]["spec"]["template"]["spec"]["containers"][0]
             worker = pods["StatefulSet"]["spec"]["template"]["spec"]["containers"][0]
             test_pod = [o for _, o in objects if o["kind"] == "Pod"][0]["spec"]["containers"][0]
-            runs.append((f"chart {scenario}", coord["command"] + coord["args"],
-                         [worker["command"] + worker["args"]] * values["workers"]["replicas"],
+            cargv, wargv, targv = coord["command"] + coord["args"], worker["command"] + worker["args"], test_pod["command"] + test_pod["args"]
+            pki = None
+            if values["tls"]["enabled"] or values["auth"]["enabled"]:
+                # The Secret's files, generated: the flags' paths under secret.mountPath point at them.
+                pki = make_test_secret(os.path.join(self.work, "smoke-secret"), values)
+                mount = values["secret"]["mountPath"] + "/"
+                cargv, wargv, targv = ([a.replace(mount, pki["dir"] + "/") for a in argv] for argv in (cargv, wargv, targv))
+            runs.append((f"chart {scenario}", cargv, [wargv] * values["workers"]["replicas"],
                          {"coordinator.flags": config["coordinator.flags"], "worker.flags": config["worker.flags"]},
-                         [test_pod["command"] + test_pod["args"]]))
+                         [targv], pki))
         # Compose.
         doc, _ = self.compose()
         svcs = doc["services"]
         workers = flag_value(svcs["coordinator"]["command"], "workers").split(",")
         runs.append(("compose", svcs["coordinator"]["command"], [svcs[w.rsplit(":", 1)[0]]["command"] for w in workers], {},
-                     [svcs["coordinator"]["healthcheck"]["test"][1:]]))
+                     [svcs["coordinator"]["healthcheck"]["test"][1:]], None))
         # systemd: one worker instance per port of LAYERPIPE_WORKERS.
         units = self.units()
         ccmd, cenv = self.unit_commands("layerpipe-coordinator.service", units["layerpipe-coordinator.service"], "")
         wcmds = [self.unit_commands("layerpipe-worker@.service", units["layerpipe-worker@.service"], w.rsplit(":", 1)[1])[0]["ExecStart"][0]
                  for w in cenv["LAYERPIPE_WORKERS"].split(",")]
-        runs.append(("systemd", ccmd["ExecStart"][0], wcmds, {}, []))
+        runs.append(("systemd", ccmd["ExecStart"][0], wcmds, {}, [], None))
         notes = []
-        for name, cargv, wargvs, flagfiles, clients in runs:
-            notes.append(self.smoke_run(name, model, cargv, wargvs, flagfiles, clients))
+        for name, cargv, wargvs, flagfiles, clients, pki in runs:
+            notes.append(self.smoke_run(name, model, cargv, wargvs, flagfiles, clients, pki))
         shutil.rmtree(model, ignore_errors=True)
         return "; ".join(notes)
 
-    def smoke_run(self, name, model, cargv, wargvs, flagfiles, clients):
+    def smoke_run(self, name, model, cargv, wargvs, flagfiles, clients, pki=None):
         d = tempfile.mkdtemp(dir=self.work, prefix="smoke-")
         for fname, text in flagfiles.items():
             with open(os.path.join(d, fname), "w") as f:
@@ -894,30 +1036,62 @@ class Checker:
             # The coordinator first, on a fixed port: it must report NOT_SERVING while its workers are absent.
             wports = [free_port() for _ in wargvs]
             cport = free_port()
-            coord = start(rewrite(cargv, {"listen": f"127.0.0.1:{cport}", "advertise": None, "model": model,
+            # Servers with metrics get a free loopback port of their own, scraped once the pipeline serves.
+            metrics = {}
+
+            def metrics_of(argv, log):
+                if not flag_value(argv, "metrics-listen"):
+                    return {}
+                metrics[log] = free_port()
+                return {"metrics-listen": f"127.0.0.1:{metrics[log]}"}
+            # A separate peer port: the workers then report there (its default advertised host is 127.0.0.1).
+            peer = {"peer-listen": f"127.0.0.1:{free_port()}"} if flag_value(cargv, "peer-listen") else {}
+            tls = pki if pki and flag_value(cargv, "tls-cert") else None
+            coord = start(rewrite(cargv, {"listen": f"127.0.0.1:{cport}", "advertise": None, "model": model, **peer,
                                           "workers": ",".join(f"127.0.0.1:{p}" for p in wports),
-                                          "flagfile": flagfile(cargv)}), "coordinator.log")
+                                          "flagfile": flagfile(cargv), **metrics_of(cargv, "coordinator.log")}),
+                          "coordinator.log")
             health_note = ""
-            status = grpc_health(f"127.0.0.1:{cport}", timeout=30, until_answer=True)
+            status = grpc_health(f"127.0.0.1:{cport}", timeout=30, until_answer=True, tls=tls and {"ca": tls["ca"]})
             if status is not None:
                 need(status == "NOT_SERVING", f"{name}: the coordinator is {status} before its workers exist")
                 health_note = ", health NOT_SERVING -> SERVING"
-            workers = [start(rewrite(a, {"listen": f"127.0.0.1:{port}", "model": model, "flagfile": flagfile(a)}), f"worker{i}.log")
+            workers = [start(rewrite(a, {"listen": f"127.0.0.1:{port}", "model": model, "flagfile": flagfile(a),
+                                         **metrics_of(a, f"worker{i}.log")}), f"worker{i}.log")
                        for i, (a, port) in enumerate(zip(wargvs, wports))]
             for i, w in enumerate(workers):
                 wait_line(f"worker{i}.log", w)
             addr = wait_line("coordinator.log", coord)
             need(addr.endswith(f":{cport}"), f"{name}: the coordinator listens on {addr}")
             if health_note:
-                need(grpc_health(f"127.0.0.1:{cport}") == "SERVING", f"{name}: the coordinator is not SERVING once ready")
+                need(grpc_health(f"127.0.0.1:{cport}", tls=tls and {"ca": tls["ca"]}) == "SERVING",
+                     f"{name}: the coordinator is not SERVING once ready")
                 for port in wports:
-                    need(grpc_health(f"127.0.0.1:{port}") == "SERVING", f"{name}: a worker is not SERVING")
+                    need(grpc_health(f"127.0.0.1:{port}", tls=tls) == "SERVING", f"{name}: a worker is not SERVING")
+                if tls:
+                    # Mutual TLS: a worker refuses a caller without a certificate of the cluster CA.
+                    need(grpc_health(f"127.0.0.1:{wports[0]}", tls={"ca": tls["ca"]}) != "SERVING",
+                         f"{name}: a TLS worker answers a caller without a client certificate")
+                    health_note += ", mutual TLS"
+            for log, port in metrics.items():
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                    body = r.read().decode()
+                    need(r.status == 200 and r.headers.get("Content-Type", "").startswith("text/plain")
+                         and re.search(r"^# TYPE layerpipe_\w+ ", body, re.M),
+                         f"{name}: {log}'s --metrics-listen does not serve Prometheus text at /metrics")
             for client in clients:
                 argv = [os.path.join(self.bin, client[0])] + [
                     f"--coordinator=127.0.0.1:{cport}" if a.startswith("--coordinator=") else
                     f"127.0.0.1:{cport}" if re.fullmatch(r"127\.0\.0\.1:\d+", a) else a for a in client[1:]]
                 p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
                 need(p.returncode == 0, f"{name}: {' '.join(client)} failed: {p.stdout}{p.stderr}")
+                if flag_value(argv, "token-file"):
+                    # The coordinator takes --auth-tokens seriously: the same call without the token is refused.
+                    bare = [a for a in argv if not a.startswith("--token-file")]
+                    p = subprocess.run(bare, capture_output=True, text=True, timeout=120)
+                    need(p.returncode != 0 and "UNAUTHENTICATED" in p.stdout + p.stderr,
+                         f"{name}: a client without a token was not refused: {p.stdout}{p.stderr}")
+                    health_note += ", tokens required"
             # SIGTERM: the coordinator, then the workers, each exit 0.
             for p, log, _ in procs:
                 p.send_signal(signal.SIGTERM)
@@ -926,7 +1100,7 @@ class Checker:
                 except subprocess.TimeoutExpired:
                     raise Fail(f"{name}: {log} did not stop on SIGTERM") from None
                 need(rc == 0, f"{name}: {log} exited {rc} on SIGTERM: {read(os.path.join(d, log))[-1000:]}")
-            return f"{name}: {len(wargvs)} workers{health_note}, {len(clients)} client command(s)"
+            return f"{name}: {len(wargvs)} workers{health_note}, {len(metrics)} /metrics scraped, {len(clients)} client command(s)"
         finally:
             for p, _, f in procs:
                 if p.poll() is None:
@@ -942,20 +1116,55 @@ TINY_CHECKPOINT = ["--layers", "48", "--hidden", "64", "--intermediate", "128", 
                    "--window", "16"]
 
 
+def make_test_secret(d, values):
+    """The chart's Secret for a loopback run: a throwaway CA and one certificate for 127.0.0.1 with both
+    serverAuth and clientAuth (as the chart's single certificate needs), a token file and the test token."""
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    tls, auth = values["tls"], values["auth"]
+
+    def ossl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d, timeout=60)
+    ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+         "-subj", "/CN=layerpipe smoke CA", "-addext", "basicConstraints=critical,CA:TRUE",
+         "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    ossl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=localhost")
+    with open(os.path.join(d, "leaf.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n"
+                "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n")
+    ossl("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "leaf.pem",
+         "-days", "2", "-extfile", "leaf.ext")
+    for src, key in (("ca.pem", tls["caKey"]), ("leaf.pem", tls["certKey"]), ("leaf.key", tls["keyKey"])):
+        shutil.copy(os.path.join(d, src), os.path.join(d, key))
+    token = "smoke-" + base64.b16encode(os.urandom(12)).decode().lower()
+    with open(os.path.join(d, auth["tokensKey"]), "w") as f:
+        f.write(f"helm-test:{token}\n")
+    with open(os.path.join(d, auth["testTokenKey"]), "w") as f:
+        f.write(token + "\n")
+    return {"dir": d, "ca": os.path.join(d, tls["caKey"]), "cert": os.path.join(d, tls["certKey"]),
+            "key": os.path.join(d, tls["keyKey"])}
+
+
 def values_app_version(chart_dir):
     return str(yaml.safe_load(read(os.path.join(chart_dir, "Chart.yaml")))["appVersion"])
 
 
-def grpc_health(target, timeout=5, until_answer=False):
-    """grpc.health.v1.Health/Check of the server's overall status, as Kubernetes' grpc probe asks it.
-    None when python3-grpcio is not installed."""
+def grpc_health(target, timeout=5, until_answer=False, tls=None):
+    """grpc.health.v1.Health/Check of the server's overall status, as Kubernetes' grpc probe asks it; over TLS
+    with tls={"ca": file} (and "cert", "key" for a client certificate). None when python3-grpcio is not installed."""
     try:
         import grpc
     except ImportError:
         return None
     deadline = time.monotonic() + timeout
     while True:
-        with grpc.insecure_channel(target) as ch:
+        if tls:
+            def pem(key):
+                return open(tls[key], "rb").read() if tls.get(key) else None
+            channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(pem("ca"), pem("key"), pem("cert")))
+        else:
+            channel = grpc.insecure_channel(target)
+        with channel as ch:
             try:
                 # HealthCheckRequest{service: ""} is empty on the wire; the answer is {status: enum} (field 1).
                 raw = ch.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=5)
@@ -1098,6 +1307,13 @@ def self_test(src, bin_dir, work):
          "sizing tables differ"),
         ("a binary the build does not make", "deploy/Dockerfile.cpu", "build/bin/layerpipe-worker /out/bin/",
          "build/bin/layerpipe-server /out/bin/", "layerpipe-worker is not copied"),
+        ("gRPC probes kept with TLS on", "helm/layerpipe/templates/_helpers.tpl",
+         "{{- if .ctx.Values.tls.enabled -}}", "{{- if false -}}", "is not a tcpSocket probe"),
+        ("a metrics annotation that ignores metrics.port", "helm/layerpipe/templates/_helpers.tpl",
+         "prometheus.io/port: {{ .Values.metrics.port | quote }}", 'prometheus.io/port: "9100"', "prometheus.io annotations"),
+        ("TLS files left unmounted in the helm test pod", "helm/layerpipe/templates/tests/test-generate.yaml",
+         "      {{- if or .Values.tls.enabled .Values.auth.enabled }}\n      volumeMounts:",
+         "      {{- if false }}\n      volumeMounts:", "does not mount the Secret"),
         ("check-model.sh ignoring shards", "helm/layerpipe/files/check-model.sh", '    need_file "$dir/$shard"\n',
          "    :\n", "missing shard"),
     ]

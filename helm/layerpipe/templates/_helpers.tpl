@@ -143,3 +143,60 @@ files (and the tokenizer when required), a worker the weights.
   securityContext:
     {{- toYaml .ctx.Values.securityContext | nindent 4 }}
 {{- end }}
+
+{{/* Workers report to a port of its own (--peer-listen) whenever TLS or tokens guard the client port. */}}
+{{- define "layerpipe.peerPortEnabled" -}}
+{{- if or .Values.tls.enabled .Values.auth.enabled }}true{{- end }}
+{{- end }}
+
+{{/* The Secret's file `key` at its mount path. Call with (dict "ctx" $ "key" <key>). */}}
+{{- define "layerpipe.secretFile" -}}
+{{- printf "%s/%s" .ctx.Values.secret.mountPath .key }}
+{{- end }}
+
+{{/* tls.enabled and auth.enabled read their files from the Secret: refuse them without one. */}}
+{{- define "layerpipe.checkSecurityValues" -}}
+{{- if and (or .Values.tls.enabled .Values.auth.enabled) (not (include "layerpipe.secretEnabled" .)) }}
+{{- fail "tls.enabled and auth.enabled need the Secret: set secret.existingSecret or secret.create" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The handler of the three probes. Kubernetes' native gRPC probe cannot do TLS, so with tls.enabled a probe
+only checks that the port accepts connections (the coordinator's readiness then no longer waits for its
+workers). Call with (dict "ctx" $ "port" <port>).
+*/}}
+{{- define "layerpipe.probeHandler" -}}
+{{- if .ctx.Values.tls.enabled -}}
+tcpSocket:
+  port: {{ .port }}
+{{- else -}}
+grpc:
+  port: {{ .port }}
+{{- end }}
+{{- end }}
+
+{{- define "layerpipe.metricsAnnotations" -}}
+{{- if .Values.metrics.enabled -}}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .Values.metrics.port | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- end }}
+
+{{- define "layerpipe.metricsContainerPort" -}}
+{{- if .Values.metrics.enabled -}}
+- name: metrics
+  containerPort: {{ .Values.metrics.port }}
+  protocol: TCP
+{{- end }}
+{{- end }}
+
+{{- define "layerpipe.metricsServicePort" -}}
+{{- if .Values.metrics.enabled -}}
+- name: metrics
+  port: {{ .Values.metrics.port }}
+  targetPort: metrics
+  protocol: TCP
+{{- end }}
+{{- end }}
