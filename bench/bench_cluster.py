@@ -16,20 +16,14 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 import grpc
 
 
-def load_pb(repo):
-    out = tempfile.mkdtemp(prefix="layerpipe_pb_")
-    subprocess.run(["protoc", f"--proto_path={repo}", f"--python_out={out}", f"{repo}/proto/layerpipe.proto"],
-                   check=True)
-    sys.path.insert(0, out)
-    from proto import layerpipe_pb2  # noqa: E402
-    return layerpipe_pb2
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from pb_loader import load_layerpipe_pb2  # noqa: E402
 
 
 def read_address(proc, what):
@@ -85,7 +79,7 @@ def main():
     ap.add_argument("--prefill-chunk", type=int, default=256)
     args = ap.parse_args()
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    pb = load_pb(repo)
+    pb = load_layerpipe_pb2(repo)
     rng = random.Random(1)
     prompts = [[2] + [rng.randrange(3, 1000) for _ in range(15)] for _ in range(args.sequences)]
     long_prompt = [2] + [rng.randrange(3, 1000) for _ in range(args.long_prompt - 1)]

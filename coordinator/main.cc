@@ -57,6 +57,19 @@ ABSL_FLAG(int, max_concurrent_per_client, 0,
 
 namespace {
 
+// A server on `listen` for `services`; *port is the port bound (0 when it could not listen). Messages
+// up to 512 MiB: full logits of a scored prompt can be large.
+std::unique_ptr<grpc::Server> StartServer(const std::string& listen,
+                                          const std::shared_ptr<grpc::ServerCredentials>& credentials,
+                                          const std::vector<grpc::Service*>& services, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, credentials, port);
+  builder.SetMaxReceiveMessageSize(512 << 20);
+  builder.SetMaxSendMessageSize(512 << 20);
+  for (grpc::Service* s : services) builder.RegisterService(s);
+  return builder.BuildAndStart();
+}
+
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "layerpipe-coordinator: %s\n", msg.c_str());
   return 1;
@@ -169,13 +182,9 @@ int main(int argc, char** argv) {
   LayerPipeService api(*config, tokenizer.get(), *stop_ids, &pipeline, security->gate);
   StepSinkService sink(&pipeline);
   int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, security->api, &port);
-  builder.SetMaxReceiveMessageSize(512 << 20);
-  builder.SetMaxSendMessageSize(512 << 20);
-  builder.RegisterService(&api);
-  if (!security->peer) builder.RegisterService(&sink);  // else on its own port, below
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::vector<grpc::Service*> api_services = {&api};
+  if (!security->peer) api_services.push_back(&sink);  // else on its own port, below
+  std::unique_ptr<grpc::Server> server = StartServer(listen, security->api, api_services, &port);
   if (!server || port == 0) return Fail(absl::StrCat("cannot listen on ", listen));
   server->GetHealthCheckService()->SetServingStatus(false);
   const std::string host = ReachableHost(listen);
@@ -186,12 +195,7 @@ int main(int argc, char** argv) {
   if (security->peer) {
     const std::string peer_listen = absl::GetFlag(FLAGS_peer_listen);
     int peer_port = 0;
-    grpc::ServerBuilder peer_builder;
-    peer_builder.AddListeningPort(peer_listen, security->peer, &peer_port);
-    peer_builder.SetMaxReceiveMessageSize(512 << 20);
-    peer_builder.SetMaxSendMessageSize(512 << 20);
-    peer_builder.RegisterService(&sink);
-    peer_server = peer_builder.BuildAndStart();
+    peer_server = StartServer(peer_listen, security->peer, {&sink}, &peer_port);
     if (!peer_server || peer_port == 0) return Fail(absl::StrCat("cannot listen on ", peer_listen, " (--peer-listen)"));
     self = absl::StrCat(ReachableHost(peer_listen), ":", peer_port);
     std::printf("layerpipe-coordinator peer port on %s\n", self.c_str());

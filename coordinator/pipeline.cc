@@ -66,11 +66,9 @@ absl::Status Pipeline::AssignAll(uint64_t epoch, absl::Duration rpc_deadline) {
                             absl::StrCat("stage ", s, " (", st.address, ", layers ", st.range.begin, "-",
                                          st.range.end - 1, ")"));
         !st2.ok()) {
-      st.healthy = false;
       return st2;
     }
     st.kv_capacity = resp.kv_capacity_bytes();
-    st.healthy = true;
     st.draining = false;
   }
   return absl::OkStatus();
@@ -465,7 +463,6 @@ void Pipeline::HealthLoop() {
                               st.ok() ? "lost its assignment" : "is unreachable: " + st.error_message());
         wake_.notify_all();
       }
-      stages_[s].healthy = st.ok() && !lost;
       metrics_.OnStageStatus(s, st.ok() ? &resp : nullptr);
       const bool draining = st.ok() && resp.draining();
       if (draining && !stages_[s].draining) {

@@ -83,7 +83,6 @@ class Pipeline {
     std::unique_ptr<v1::Worker::Stub> stub;
     int64_t kv_capacity = 0;
     int64_t kv_reserved = 0;
-    bool healthy = false;
     bool draining = false;  // the worker is shutting down: admit nothing until it is replaced
   };
   struct InFlightStep {

@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -22,13 +21,12 @@ ARGS = None
 pb = None
 
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pb_loader import load_layerpipe_pb2  # noqa: E402
+
+
 def load_pb():
-    out = tempfile.mkdtemp(prefix="layerpipe_pb_")
-    subprocess.run(["protoc", f"--proto_path={ARGS.src}", f"--python_out={out}",
-                    f"{ARGS.src}/proto/layerpipe.proto"], check=True)
-    sys.path.insert(0, out)
-    from proto import layerpipe_pb2  # noqa: E402
-    return layerpipe_pb2
+    return load_layerpipe_pb2(ARGS.src)
 
 
 def read_address(proc, what, timeout=60):

@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -42,13 +41,12 @@ NEW_TOKENS = 8
 HANDSHAKE_REFUSED = grpc.StatusCode.UNAVAILABLE
 
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pb_loader import load_layerpipe_pb2  # noqa: E402
+
+
 def load_pb():
-    out = tempfile.mkdtemp(prefix="layerpipe_pb_")
-    subprocess.run(["protoc", f"--proto_path={ARGS.src}", f"--python_out={out}",
-                    f"{ARGS.src}/proto/layerpipe.proto"], check=True)
-    sys.path.insert(0, out)
-    from proto import layerpipe_pb2  # noqa: E402
-    return layerpipe_pb2
+    return load_layerpipe_pb2(ARGS.src)
 
 
 class Proc:
