@@ -62,7 +62,7 @@ int Bench(const std::string& dir, const std::string& label) {
     StepInput in{kv.get(), warm};
     if (auto r = e.Step({&in, 1}); !r.ok()) return 1;
   }
-  std::vector<std::unique_ptr<SequenceKv>> kvs;
+  std::vector<std::unique_ptr<SequenceState>> kvs;
   std::vector<StepInput> inputs;
   for (auto& p : prompts) {
     kvs.push_back(e.NewSequence());

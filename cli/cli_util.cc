@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "backend/backend_factory.h"
 
 namespace layerpipe::cli {
 
@@ -42,7 +43,8 @@ std::vector<FlagSpec> SamplingFlagSpecs() {
 std::vector<FlagSpec> EngineFlagSpecs() {
   return {{"precision", false, false, "bf16 (default, fast) or fp32 (activations and KV cache in fp32)"},
           {"threads", false, false, "compute threads (default: LAYERPIPE_THREADS or all cores)"},
-          {"prefill-chunk", false, false, "prompt tokens per forward step (default 512)"}};
+          {"prefill-chunk", false, false, "prompt tokens per forward step (default 512)"},
+          {"device", false, false, "where the layers run: cpu (default), cuda or cuda:N"}};
 }
 
 absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const Args& args) {
@@ -59,6 +61,11 @@ absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const Args& args) {
   if (!chunk.ok()) return chunk.status();
   if (*chunk <= 0) return absl::InvalidArgumentError("--prefill-chunk must be positive");
   o.prefill_chunk = *chunk;
+  auto device = ParseDevice(args.StringOr("device", "cpu"));
+  if (!device.ok()) return absl::InvalidArgumentError(absl::StrCat("--device: ", device.status().message()));
+  auto maker = BackendMakerFor(*device);
+  if (!maker.ok()) return absl::FailedPreconditionError(absl::StrCat("--device: ", maker.status().message()));
+  o.make_backend = std::move(*maker);
   return o;
 }
 

@@ -22,7 +22,7 @@ std::optional<Args> ParseOrExit(const std::string& command, const std::vector<st
 // --temperature, --top-k, --top-p, --min-p, --repetition-penalty, --seed (local and remote generate).
 std::vector<FlagSpec> SamplingFlagSpecs();
 
-// --precision, --threads, --prefill-chunk.
+// --precision, --threads, --prefill-chunk, --device.
 std::vector<FlagSpec> EngineFlagSpecs();
 absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const Args& args);
 

@@ -15,6 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "backend/backend_factory.h"
 #include "cli/child_process.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -31,6 +33,9 @@ std::vector<FlagSpec> Specs() {
       {"precision", false, false, "bf16 or fp32 (default: the coordinator's)"},
       {"listen", false, false, "coordinator address (default 127.0.0.1:0, an ephemeral port)"},
       {"threads-per-worker", false, false, "compute threads of each worker (default: cores / workers)"},
+      {"device", false, false,
+       "where each worker runs its layers: one of cpu, cuda, cuda:N for all, or a comma-separated list "
+       "with one per worker (default cpu)"},
       {"layer-split", false, false, "layer ranges per worker, e.g. 0-4,5-5 (default: the coordinator's)"},
       {"startup-timeout", false, false, "seconds to wait for the cluster to serve (default 600)"},
   };
@@ -62,6 +67,7 @@ struct Config {
   int workers = 0;
   std::string precision, listen, layer_split;
   int threads_per_worker = 0;
+  std::vector<std::string> devices;  // one per worker
   Clock::duration startup_timeout{};
   std::vector<std::string> client;  // the one-shot command, empty for a long-running cluster
 };
@@ -86,6 +92,20 @@ absl::StatusOr<Config> ConfigFromArgs(const Args& args, std::vector<std::string>
   if (!threads.ok()) return threads.status();
   if (*threads < 1 || *threads > 1024) return absl::InvalidArgumentError("--threads-per-worker must be in [1, 1024]");
   c.threads_per_worker = static_cast<int>(*threads);
+  const std::vector<std::string> devices = absl::StrSplit(args.StringOr("device", "cpu"), ',');
+  if (devices.size() != 1 && static_cast<int>(devices.size()) != c.workers) {
+    return absl::InvalidArgumentError(absl::StrCat("--device lists ", devices.size(), " devices for ", c.workers,
+                                                   " workers (give one for all, or one per worker)"));
+  }
+  for (const std::string& d : devices) {
+    auto spec = ParseDevice(d);
+    if (!spec.ok()) return absl::InvalidArgumentError(absl::StrCat("--device: ", spec.status().message()));
+    // Refused here rather than by each worker, so the message comes once and nothing starts.
+    if (auto maker = BackendMakerFor(*spec); !maker.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("--device: ", maker.status().message()));
+    }
+  }
+  for (int i = 0; i < c.workers; ++i) c.devices.push_back(devices.size() == 1 ? devices[0] : devices[i]);
   auto timeout = args.Double("startup-timeout", 600);
   if (!timeout.ok()) return timeout.status();
   if (*timeout <= 0) return absl::InvalidArgumentError("--startup-timeout must be positive");
@@ -133,7 +153,8 @@ class Supervisor {
     for (int i = 0; i < config_.workers; ++i) {
       auto w = ChildProcess::Start(
           absl::StrCat("worker ", i), *worker_bin,
-          {*worker_bin, "--listen", "127.0.0.1:0", "--threads", absl::StrCat(config_.threads_per_worker)},
+          {*worker_bin, "--listen", "127.0.0.1:0", "--threads", absl::StrCat(config_.threads_per_worker), "--device",
+           config_.devices[i]},
           /*capture_stdout=*/true, child_mask);
       if (!w.ok()) return Fail("cluster", w.status());
       workers_.push_back(*std::move(w));

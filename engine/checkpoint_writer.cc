@@ -1,8 +1,11 @@
 #include "engine/checkpoint_writer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -16,8 +19,10 @@ namespace {
 
 using json = nlohmann::json;
 
+constexpr uint64_t kSplitMixGamma = 0x9E3779B97F4A7C15ull;
+
 uint64_t SplitMix(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  uint64_t z = (s += kSplitMixGamma);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
@@ -38,12 +43,22 @@ TensorBlob Uniform(uint64_t seed, const std::string& name, std::vector<int64_t> 
   for (int64_t d : t.shape) n *= d;
   t.bytes.resize(static_cast<size_t>(n) * 2);
   uint16_t* out = reinterpret_cast<uint16_t*>(t.bytes.data());
-  uint64_t s = NameSeed(seed, name);
+  const uint64_t s0 = NameSeed(seed, name);
   const float c = static_cast<float>(center), w = static_cast<float>(2 * half_width);
-  for (int64_t i = 0; i < n; ++i) {
-    float u = static_cast<float>(SplitMix(s) >> 40) * (1.0f / 16777216.0f);  // [0,1)
-    out[i] = F32ToBf16(c + w * (u - 0.5f));
-  }
+  auto fill = [&](int64_t begin, int64_t end) {
+    // SplitMix's state after i draws is s0 + i·gamma, so any slice can start on its own.
+    uint64_t s = s0 + static_cast<uint64_t>(begin) * kSplitMixGamma;
+    for (int64_t i = begin; i < end; ++i) {
+      float u = static_cast<float>(SplitMix(s) >> 40) * (1.0f / 16777216.0f);  // [0,1)
+      out[i] = F32ToBf16(c + w * (u - 0.5f));
+    }
+  };
+  // The full 12B shape is 12 G values: spread big tensors over the cores (same values either way).
+  const int64_t parts = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), n / (1 << 20) + 1);
+  std::vector<std::thread> workers;
+  for (int64_t p = 1; p < parts; ++p) workers.emplace_back(fill, n * p / parts, n * (p + 1) / parts);
+  fill(0, n / parts);
+  for (std::thread& th : workers) th.join();
   return t;
 }
 

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/layer_executor.h"
 
 namespace layerpipe {
 
@@ -19,7 +20,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& model_di
   if (!weights.ok()) return weights.status();
   e->weights_ = std::move(*weights);
   e->pool_ = std::make_unique<ThreadPool>(options.threads);
-  e->executor_ = std::make_unique<LayerRangeExecutor>(*e->weights_, options.precision, *e->pool_);
+  if (options.make_backend) {
+    auto backend = options.make_backend(*e->weights_, options.precision, *e->pool_);
+    if (!backend.ok()) return backend.status();
+    e->executor_ = std::move(*backend);
+  } else {
+    e->executor_ = std::make_unique<LayerRangeExecutor>(*e->weights_, options.precision, *e->pool_);
+  }
   return e;
 }
 
@@ -73,7 +80,9 @@ absl::StatusOr<std::vector<std::vector<float>>> Engine::Step(absl::Span<const St
     }
     if (!finished.empty()) {
       std::vector<float> out(finished.size() * V);
-      executor_->Logits(last_rows.data(), static_cast<int64_t>(finished.size()), out.data());
+      if (auto st = executor_->Logits(last_rows.data(), static_cast<int64_t>(finished.size()), out.data()); !st.ok()) {
+        return st;
+      }
       for (size_t f = 0; f < finished.size(); ++f) logits[finished[f]].assign(out.begin() + f * V, out.begin() + (f + 1) * V);
     }
   }
@@ -93,7 +102,7 @@ absl::StatusOr<std::vector<float>> Engine::Score(absl::Span<const int32_t> ids) 
     if (auto st = executor_->Embed(ids.subspan(p, n), hidden.data()); !st.ok()) return st;
     SequenceSlice slice{kv.get(), static_cast<int64_t>(n)};
     if (auto st = executor_->Forward({&slice, 1}, hidden.data()); !st.ok()) return st;
-    executor_->Logits(hidden.data(), n, logits.data() + p * V);
+    if (auto st = executor_->Logits(hidden.data(), n, logits.data() + p * V); !st.ok()) return st;
   }
   return logits;
 }

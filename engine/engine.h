@@ -11,7 +11,7 @@
 #include "absl/types/span.h"
 #include "engine/config.h"
 #include "engine/cpu/thread_pool.h"
-#include "engine/layer_executor.h"
+#include "engine/layer_backend.h"
 #include "engine/precision.h"
 #include "engine/weights.h"
 
@@ -21,11 +21,12 @@ struct EngineOptions {
   Precision precision = Precision::kBf16;
   int threads = 0;              // 0: LAYERPIPE_THREADS or all cores
   int64_t prefill_chunk = 512;  // tokens of one sequence per forward step
+  BackendMaker make_backend;    // empty: the CPU executor
 };
 
 // New tokens for one sequence in a step (a prompt, a prompt chunk, or one decode token).
 struct StepInput {
-  SequenceKv* kv;
+  SequenceState* kv;
   absl::Span<const int32_t> ids;
 };
 
@@ -35,7 +36,7 @@ class Engine {
 
   const ModelConfig& config() const { return config_; }
   const EngineOptions& options() const { return options_; }
-  std::unique_ptr<SequenceKv> NewSequence() const { return executor_->NewSequence(); }
+  std::unique_ptr<SequenceState> NewSequence() const { return executor_->NewSequence(); }
 
   // Runs every input's ids (prefill and decode mixed; long inputs in prefill_chunk pieces) and returns
   // the logits after each input's last id: [inputs][vocab].
@@ -47,7 +48,7 @@ class Engine {
   // InvalidArgument naming the first id outside the vocabulary.
   absl::Status ValidateIds(absl::Span<const int32_t> ids) const;
 
-  LayerRangeExecutor& executor() { return *executor_; }
+  LayerBackend& executor() { return *executor_; }
   const ModelWeights& weights() const { return *weights_; }
 
  private:
@@ -56,7 +57,7 @@ class Engine {
   EngineOptions options_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ModelWeights> weights_;
-  std::unique_ptr<LayerRangeExecutor> executor_;
+  std::unique_ptr<LayerBackend> executor_;
 };
 
 }  // namespace layerpipe

@@ -42,4 +42,10 @@ size_t SequenceKv::bytes() const {
   return b;
 }
 
+size_t SequenceKv::sliding_bytes() const {
+  size_t b = 0;
+  for (const LayerKvCache& l : layers_) b += l.ring() ? l.bytes() : 0;
+  return b;
+}
+
 }  // namespace layerpipe

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/precision.h"
+#include "engine/sequence_state.h"
 
 namespace layerpipe {
 
@@ -44,22 +45,19 @@ class LayerKvCache {
   std::vector<std::unique_ptr<uint8_t[]>> blocks_;
 };
 
-// The caches of one sequence for the layers [layer_begin, layer_end) a stage serves.
-class SequenceKv {
+// The host-memory caches of one sequence for the layers [layer_begin, layer_end) a stage serves.
+class SequenceKv final : public SequenceState {
  public:
   SequenceKv(std::vector<LayerKvCache> layers, int layer_begin)
       : layers_(std::move(layers)), layer_begin_(layer_begin) {}
 
   LayerKvCache& layer(int absolute_layer) { return layers_[absolute_layer - layer_begin_]; }
-  // Positions already written (the next token's position).
-  int64_t length() const { return length_; }
-  void Advance(int64_t n) { length_ += n; }
-  size_t bytes() const;
+  size_t bytes() const override;
+  size_t sliding_bytes() const override;
 
  private:
   std::vector<LayerKvCache> layers_;
   int layer_begin_;
-  int64_t length_ = 0;
 };
 
 }  // namespace layerpipe

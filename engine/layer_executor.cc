@@ -25,7 +25,7 @@ LayerRangeExecutor::LayerRangeExecutor(const ModelWeights& weights, Precision pr
   inv_freq_full_ = RopeInvFreq(cfg_.global_head_dim, cfg_.rope_full.theta, cfg_.rope_full.partial_rotary_factor);
 }
 
-std::unique_ptr<SequenceKv> LayerRangeExecutor::NewSequence() const {
+std::unique_ptr<SequenceState> LayerRangeExecutor::NewSequence() const {
   std::vector<LayerKvCache> layers;
   for (int l = layer_begin(); l < layer_end(); ++l) {
     const bool full = cfg_.layer_types[l] == LayerType::kFull;
@@ -38,7 +38,7 @@ void LayerRangeExecutor::Matmul(const float* x, int64_t m, const Bf16Matrix& w, 
   MatmulBf16(x, m, w.cols, w.data, w.rows, y, pool_, precision_ == Precision::kBf16);
 }
 
-absl::Status LayerRangeExecutor::Embed(absl::Span<const int32_t> ids, float* hidden) const {
+absl::Status LayerRangeExecutor::Embed(absl::Span<const int32_t> ids, float* hidden) {
   const Bf16Matrix& e = w_.embed_tokens();
   if (e.empty()) return absl::FailedPreconditionError("this stage does not hold the embedding");
   const int64_t H = cfg_.hidden_size;
@@ -58,7 +58,7 @@ absl::Status LayerRangeExecutor::Embed(absl::Span<const int32_t> ids, float* hid
   return absl::OkStatus();
 }
 
-void LayerRangeExecutor::Logits(const float* hidden, int64_t rows, float* logits) {
+absl::Status LayerRangeExecutor::Logits(const float* hidden, int64_t rows, float* logits) {
   const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
   normed_.resize(static_cast<size_t>(rows * H));
   for (int64_t r = 0; r < rows; ++r) {
@@ -71,10 +71,11 @@ void LayerRangeExecutor::Logits(const float* hidden, int64_t rows, float* logits
       for (int64_t i = b; i < e; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
     });
   }
+  return absl::OkStatus();
 }
 
 absl::Status LayerRangeExecutor::Forward(absl::Span<const SequenceSlice> slices, float* hidden) {
-  std::set<const SequenceKv*> seen;
+  std::set<const SequenceState*> seen;
   std::vector<int64_t> positions;
   for (const SequenceSlice& s : slices) {
     if (s.kv == nullptr || s.n <= 0) return absl::InvalidArgumentError("empty sequence slice in a step");
@@ -162,7 +163,9 @@ void LayerRangeExecutor::RunLayer(int l, absl::Span<const SequenceSlice> slices,
   const int parts = static_cast<int>(std::clamp<int64_t>(want_parts, 1, group));
   int64_t row0 = 0;
   for (const SequenceSlice& s : slices) {
-    chunks.push_back(AttentionChunk{&s.kv->layer(l), precision_, s.kv->length(), s.n,
+    // Every state here came from NewSequence above.
+    SequenceKv* kv = static_cast<SequenceKv*>(s.kv);
+    chunks.push_back(AttentionChunk{&kv->layer(l), precision_, s.kv->length(), s.n,
                                     full ? 0 : cfg_.sliding_window, q_.data() + row0 * qw, qw,
                                     k_.data() + row0 * kw, v_.data() + row0 * kw, kw, attn_.data() + row0 * qw, qw});
     for (int kv = 0; kv < kvh; ++kv) {

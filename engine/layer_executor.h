@@ -1,5 +1,5 @@
-// Runs a contiguous range of decoder layers on a batch of sequence slices: hidden states in, hidden
-// states out. This is the unit a pipeline stage serves; [0,a) then [a,L) equals [0,L).
+// The CPU backend: runs a contiguous range of decoder layers on a batch of sequence slices with the
+// host thread pool, weights read in place from the mmapped checkpoint. [0,a) then [a,L) equals [0,L).
 #ifndef LAYERPIPE_ENGINE_LAYER_EXECUTOR_H_
 #define LAYERPIPE_ENGINE_LAYER_EXECUTOR_H_
 
@@ -11,38 +11,25 @@
 #include "absl/types/span.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/kv_cache.h"
+#include "engine/layer_backend.h"
 #include "engine/precision.h"
 #include "engine/weights.h"
 
 namespace layerpipe {
 
-// n new tokens of one sequence, at positions kv->length() .. kv->length() + n - 1.
-struct SequenceSlice {
-  SequenceKv* kv;
-  int64_t n;
-};
-
-class LayerRangeExecutor {
+class LayerRangeExecutor final : public LayerBackend {
  public:
   // Serves the layers of weights.selection(); uses the embedding / head when the selection maps them.
   LayerRangeExecutor(const ModelWeights& weights, Precision precision, ThreadPool& pool);
 
-  std::unique_ptr<SequenceKv> NewSequence() const;
+  std::string device() const override { return "cpu"; }
+  std::unique_ptr<SequenceState> NewSequence() const override;
+  absl::Status Forward(absl::Span<const SequenceSlice> slices, float* hidden) override;
+  absl::Status Embed(absl::Span<const int32_t> ids, float* hidden) override;
+  absl::Status Logits(const float* hidden, int64_t rows, float* logits) override;
 
-  // hidden: [sum of n, hidden_size], rows in slice order; updated in place. Appends each slice's keys and
-  // values to its caches and advances its length. A sequence may appear once per call.
-  absl::Status Forward(absl::Span<const SequenceSlice> slices, float* hidden);
-
-  // First stage: h = E[id] · bf16(sqrt(hidden)). Ids must be in the vocabulary (checked).
-  absl::Status Embed(absl::Span<const int32_t> ids, float* hidden) const;
-
-  // Last stage: softcapped logits of `rows` hidden rows into logits [rows, vocab].
-  void Logits(const float* hidden, int64_t rows, float* logits);
-
-  const ModelWeights& weights() const { return w_; }
-  Precision precision() const { return precision_; }
-  int layer_begin() const { return w_.selection().layer_begin; }
-  int layer_end() const { return w_.selection().layer_end; }
+  const ModelWeights& weights() const override { return w_; }
+  Precision precision() const override { return precision_; }
 
  private:
   void RunLayer(int layer, absl::Span<const SequenceSlice> slices, const std::vector<int64_t>& positions,

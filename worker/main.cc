@@ -1,4 +1,4 @@
-// layerpipe-worker --listen ADDR [--model DIR] [--threads N] [--kv-budget SIZE]
+// layerpipe-worker --listen ADDR [--model DIR] [--device cpu|cuda[:N]] [--threads N] [--kv-budget SIZE]
 //
 // Serves one stage of the pipeline: the coordinator assigns it a layer range over gRPC. Prints
 // "layerpipe-worker listening on HOST:PORT" once serving; exits 0 on SIGTERM or SIGINT.
@@ -11,6 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "backend/backend_factory.h"
 #include "common/dash_flags.h"
 #include "common/metrics_http.h"
 #include "common/tls.h"
@@ -20,6 +21,7 @@
 ABSL_FLAG(std::string, listen, "", "address to serve on, e.g. 0.0.0.0:7001 (port 0: any free port)");
 ABSL_FLAG(std::string, model, "", "model directory used when an assignment names none");
 ABSL_FLAG(int, threads, 0, "compute threads (0: LAYERPIPE_THREADS or all cores)");
+ABSL_FLAG(std::string, device, "cpu", "where the assigned layers run: cpu, cuda or cuda:N");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(60),
           "on SIGTERM, how long held sequences may take to finish before the worker exits");
 ABSL_FLAG(std::string, kv_budget, "", "KV cache budget, e.g. 8G or 512M (default: half the physical memory)");
@@ -34,7 +36,8 @@ ABSL_FLAG(std::string, tls_ca, "",
 
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("layerpipe-worker --listen ADDR [--model DIR] [--threads N] [--kv-budget SIZE]");
+  absl::SetProgramUsageMessage(
+      "layerpipe-worker --listen ADDR [--model DIR] [--device cpu|cuda[:N]] [--threads N] [--kv-budget SIZE]");
   std::vector<std::string> args = layerpipe::DashesToUnderscores(argc, argv);
   std::vector<char*> arg_ptrs = layerpipe::ArgPointers(args);
   absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
@@ -51,6 +54,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "layerpipe-worker: --threads must be >= 0\n");
     return 2;
   }
+  // Checked before serving: a worker that cannot run its layers should not join a pipeline.
+  auto device = layerpipe::ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) {
+    std::fprintf(stderr, "layerpipe-worker: --device: %s\n", std::string(device.status().message()).c_str());
+    return 2;
+  }
+  auto maker = layerpipe::BackendMakerFor(*device);
+  if (!maker.ok()) {
+    std::fprintf(stderr, "layerpipe-worker: --device: %s\n", std::string(maker.status().message()).c_str());
+    return 2;
+  }
+  options.make_backend = std::move(*maker);
   const std::string budget = absl::GetFlag(FLAGS_kv_budget);
   if (!budget.empty()) {
     auto bytes = layerpipe::ParseByteSize(budget);

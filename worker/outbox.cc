@@ -25,8 +25,8 @@ void Outbox::SetEpoch(uint64_t epoch) {
   cv_.notify_all();  // wakes a backoff wait so it can notice
 }
 
-void Outbox::Forward(std::shared_ptr<v1::Worker::StubInterface> next,
-                     std::shared_ptr<v1::StepSink::StubInterface> sink, int stage, v1::StepFrame frame) {
+void Outbox::Forward(std::shared_ptr<NextHop> next, std::shared_ptr<v1::StepSink::StubInterface> sink, int stage,
+                     v1::StepFrame frame) {
   Item item;
   item.epoch = frame.epoch();
   item.stage = stage;
@@ -61,6 +61,7 @@ void Outbox::Stop() {
     stopping_ = true;
     queue_.clear();
     if (in_flight_ != nullptr) in_flight_->TryCancel();
+    if (sending_hop_ != nullptr) sending_hop_->Cancel();
     cv_.notify_all();
   }
   std::lock_guard<std::mutex> lock(join_mu_);
@@ -122,10 +123,17 @@ grpc::Status Outbox::WithRetries(uint64_t epoch, const std::function<grpc::Statu
 
 void Outbox::Send(Item& item) {
   if (item.next) {
-    v1::StepAck ack;
-    const grpc::Status st = WithRetries(item.epoch, [&](grpc::ClientContext* ctx) {
-      return item.next->Step(ctx, item.frame, &ack);
-    });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+      sending_hop_ = item.next.get();
+    }
+    const grpc::Status st =
+        WithRetries(item.epoch, [&](grpc::ClientContext* ctx) { return item.next->Send(ctx, item.frame); });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sending_hop_ = nullptr;
+    }
     if (st.ok() || !Current(item.epoch)) return;
     v1::StepResult failure;
     failure.set_epoch(item.frame.epoch());

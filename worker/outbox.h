@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/layerpipe.grpc.pb.h"
+#include "worker/next_hop.h"
 
 namespace layerpipe {
 
@@ -37,8 +38,8 @@ class Outbox {
 
   // Sends `frame` to the next stage. If it cannot be delivered, the coordinator gets a StepResult
   // with the error, blamed on stage `stage` + 1 (the one that did not take it).
-  void Forward(std::shared_ptr<v1::Worker::StubInterface> next, std::shared_ptr<v1::StepSink::StubInterface> sink,
-               int stage, v1::StepFrame frame);
+  void Forward(std::shared_ptr<NextHop> next, std::shared_ptr<v1::StepSink::StubInterface> sink, int stage,
+               v1::StepFrame frame);
   // Sends a result (or a step's error) to the coordinator.
   void Report(std::shared_ptr<v1::StepSink::StubInterface> sink, v1::StepResult result);
 
@@ -54,7 +55,7 @@ class Outbox {
   struct Item {
     uint64_t epoch = 0;
     int stage = 0;
-    std::shared_ptr<v1::Worker::StubInterface> next;  // set: a frame to forward
+    std::shared_ptr<NextHop> next;  // set: a frame to forward
     std::shared_ptr<v1::StepSink::StubInterface> sink;
     v1::StepFrame frame;
     v1::StepResult result;
@@ -75,6 +76,7 @@ class Outbox {
   bool stopping_ = false;
   bool busy_ = false;
   grpc::ClientContext* in_flight_ = nullptr;  // guarded by mu_; cancelled by Stop()
+  NextHop* sending_hop_ = nullptr;            // guarded by mu_; cancelled by Stop()
   std::atomic<int64_t> transfer_us_{0};
   std::mutex join_mu_;  // Stop() may be called from several threads
   std::thread thread_;

@@ -10,8 +10,9 @@
 
 namespace layerpipe {
 
-Stage::Stage(std::shared_ptr<const ModelWeights> weights, const StageOptions& options, ThreadPool& pool)
-    : weights_(std::move(weights)), options_(options), executor_(*weights_, options.precision, pool) {}
+Stage::Stage(std::shared_ptr<const ModelWeights> weights, const StageOptions& options,
+             std::unique_ptr<LayerBackend> backend)
+    : weights_(std::move(weights)), options_(options), executor_(std::move(backend)) {}
 
 StageShape Stage::shape() const {
   const ModelConfig& c = weights_->config();
@@ -40,7 +41,7 @@ absl::Status Stage::PrepareSequences(const v1::StepFrame& frame, std::vector<std
                                                        ", and a new sequence must start at pos0 0, not ", s.pos0()));
       }
       auto seq = std::make_unique<Sequence>();
-      seq->kv = executor_.NewSequence();
+      seq->kv = executor_->NewSequence();
       seqs->push_back(seq.get());
       fresh->push_back(std::move(seq));
       continue;
@@ -60,7 +61,7 @@ absl::Status Stage::CheckKvBudget(const v1::StepFrame& frame, const std::vector<
   int64_t after = kv_bytes_used_;
   for (int i = 0; i < frame.slices_size(); ++i) {
     const v1::StepSlice& s = frame.slices(i);
-    after += KvBytesAtLength(c, executor_.layer_begin(), executor_.layer_end(), options_.precision,
+    after += KvBytesAtLength(c, executor_->layer_begin(), executor_->layer_end(), options_.precision,
                              s.pos0() + s.ids_size()) -
              seqs[i]->kv_bytes;
   }
@@ -71,14 +72,6 @@ absl::Status Stage::CheckKvBudget(const v1::StepFrame& frame, const std::vector<
                                                      " in use)"));
   }
   return absl::OkStatus();
-}
-
-int64_t Stage::SlidingBytes(SequenceKv& kv) const {
-  int64_t bytes = 0;
-  for (int l = executor_.layer_begin(); l < executor_.layer_end(); ++l) {
-    if (kv.layer(l).ring()) bytes += static_cast<int64_t>(kv.layer(l).bytes());
-  }
-  return bytes;
 }
 
 absl::Status Stage::Run(const v1::StepFrame& frame, std::vector<float> hidden, v1::StepFrame* forward,
@@ -99,12 +92,12 @@ absl::Status Stage::Run(const v1::StepFrame& frame, std::vector<float> hidden, v
   const int64_t rows = static_cast<int64_t>(ids.size());
   if (options_.first) {
     hidden.assign(static_cast<size_t>(rows * H), 0.0f);
-    if (auto st = executor_.Embed(ids, hidden.data()); !st.ok()) return st;
+    if (auto st = executor_->Embed(ids, hidden.data()); !st.ok()) return st;
   } else if (static_cast<int64_t>(hidden.size()) != rows * H) {
     return absl::InvalidArgumentError(
         absl::StrCat("hidden holds ", hidden.size(), " values but the slices need ", rows * H));
   }
-  if (auto st = executor_.Forward(slices, hidden.data()); !st.ok()) return st;
+  if (auto st = executor_->Forward(slices, hidden.data()); !st.ok()) return st;
 
   // The layers ran: the step's sequences are now part of the stage.
   for (int i = 0; i < frame.slices_size(); ++i) {
@@ -112,7 +105,7 @@ absl::Status Stage::Run(const v1::StepFrame& frame, std::vector<float> hidden, v
     const int64_t bytes = static_cast<int64_t>(seq->kv->bytes());
     kv_bytes_used_ += bytes - seq->kv_bytes;
     seq->kv_bytes = bytes;
-    const int64_t sliding = SlidingBytes(*seq->kv);
+    const int64_t sliding = static_cast<int64_t>(seq->kv->sliding_bytes());
     kv_sliding_bytes_used_ += sliding - seq->kv_sliding_bytes;
     seq->kv_sliding_bytes = sliding;
   }
@@ -123,8 +116,7 @@ absl::Status Stage::Run(const v1::StepFrame& frame, std::vector<float> hidden, v
   }
 
   if (options_.last) {
-    RunHead(frame, seqs, hidden.data(), result);
-    return absl::OkStatus();
+    return RunHead(frame, seqs, hidden.data(), result);
   }
   forward->set_epoch(frame.epoch());
   forward->set_step_id(frame.step_id());
@@ -135,7 +127,7 @@ absl::Status Stage::Run(const v1::StepFrame& frame, std::vector<float> hidden, v
   return absl::OkStatus();
 }
 
-void Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs, const float* hidden,
+absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs, const float* hidden,
                     v1::StepResult* result) {
   const int64_t H = weights_->config().hidden_size, V = weights_->config().vocab_size;
   result->set_epoch(frame.epoch());
@@ -176,7 +168,7 @@ void Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequence*>& se
       std::copy_n(hidden + uses[b + j].row * H, H, rows_in.begin() + j * H);
     }
     logits_.resize(static_cast<size_t>(m * V));
-    executor_.Logits(rows_in.data(), m, logits_.data());
+    if (auto st = executor_->Logits(rows_in.data(), m, logits_.data()); !st.ok()) return st;
     for (int64_t j = 0; j < m; ++j) {
       const RowUse& u = uses[b + j];
       const v1::StepSlice& s = frame.slices(u.slice);
@@ -204,6 +196,7 @@ void Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequence*>& se
       }
     }
   }
+  return absl::OkStatus();
 }
 
 void Stage::Release(const google::protobuf::RepeatedField<uint64_t>& seq_ids) {

@@ -10,9 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/cpu/thread_pool.h"
-#include "engine/kv_cache.h"
-#include "engine/layer_executor.h"
+#include "engine/layer_backend.h"
 #include "engine/precision.h"
 #include "engine/sampler.h"
 #include "engine/weights.h"
@@ -35,7 +33,9 @@ class Stage {
   // matrix per call, while the logits of a block take rows × vocab floats (64 MiB for the real model).
   static constexpr int64_t kHeadRowsPerCall = 64;
 
-  Stage(std::shared_ptr<const ModelWeights> weights, const StageOptions& options, ThreadPool& pool);
+  // `backend` runs the layers of `weights` (and holds on to them by reference).
+  Stage(std::shared_ptr<const ModelWeights> weights, const StageOptions& options,
+        std::unique_ptr<LayerBackend> backend);
 
   const StageOptions& options() const { return options_; }
   StageShape shape() const;
@@ -61,7 +61,7 @@ class Stage {
 
  private:
   struct Sequence {
-    std::unique_ptr<SequenceKv> kv;
+    std::unique_ptr<SequenceState> kv;
     int64_t kv_bytes = 0;
     int64_t kv_sliding_bytes = 0;  // of kv_bytes
     // Last stage only: every id the sequence has fed (prompt and generated tokens come back as
@@ -70,19 +70,17 @@ class Stage {
     std::unique_ptr<Sampler> sampler;
   };
 
-  // The per-slice SequenceKv to run, creating (but not yet keeping) new sequences.
+  // The per-slice sequence state to run, creating (but not yet keeping) new sequences.
   absl::Status PrepareSequences(const v1::StepFrame& frame, std::vector<std::unique_ptr<Sequence>>* fresh,
                                 std::vector<Sequence*>* seqs) const;
   absl::Status CheckKvBudget(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs) const;
-  // Bytes of `kv`'s ring (sliding-window) layers.
-  int64_t SlidingBytes(SequenceKv& kv) const;
   // Logits, sampling and scores of the last stage.
-  void RunHead(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs, const float* hidden,
+  absl::Status RunHead(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs, const float* hidden,
                v1::StepResult* result);
 
   std::shared_ptr<const ModelWeights> weights_;
   StageOptions options_;
-  LayerRangeExecutor executor_;
+  std::unique_ptr<LayerBackend> executor_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
   int64_t kv_bytes_used_ = 0;
   int64_t kv_sliding_bytes_used_ = 0;

@@ -26,6 +26,9 @@ class WorkerServer {
   // What /metrics serves.
   MetricsRegistry& metrics() { return service_->metrics(); }
 
+  // The service itself, for frames that reach this worker by another transport than gRPC.
+  WorkerService& service() { return *service_; }
+
   // See WorkerService::Drain.
   bool Drain(absl::Duration timeout) { return service_->Drain(timeout); }
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/config.h"
+#include "engine/layer_executor.h"
 #include "worker/byte_size.h"
 #include "worker/frame_check.h"
 #include "worker/hidden_codec.h"
@@ -140,9 +141,25 @@ absl::Status WorkerService::DoAssign(const v1::AssignRequest& in, v1::AssignResp
   // The coordinator may ask for less than the worker's own limit, never more.
   so.kv_budget_bytes = request.kv_budget_bytes() > 0 ? std::min(request.kv_budget_bytes(), worker_kv_budget_)
                                                      : worker_kv_budget_;
-  a->stage = std::make_unique<Stage>(a->weights, so, pool_);
+  std::unique_ptr<LayerBackend> backend;
+  if (options_.make_backend) {
+    auto made = options_.make_backend(*a->weights, precision, pool_);
+    if (!made.ok()) return made.status();
+    backend = std::move(*made);
+  } else {
+    backend = std::make_unique<LayerRangeExecutor>(*a->weights, precision, pool_);
+  }
+  a->stage = std::make_unique<Stage>(a->weights, so, std::move(backend));
   if (!request.last()) {
-    a->next = v1::Worker::NewStub(MakeChannel(request.next_address(), options_.channel_credentials));
+    if (options_.next_hop) {
+      auto hop = options_.next_hop(request);
+      if (!hop.ok()) return hop.status();
+      a->next = std::move(*hop);
+    }
+    if (!a->next) {
+      a->next = std::make_shared<GrpcNextHop>(
+          v1::Worker::NewStub(MakeChannel(request.next_address(), options_.channel_credentials)));
+    }
   }
   a->sink = v1::StepSink::NewStub(MakeChannel(request.coordinator_address(), options_.channel_credentials));
 
@@ -183,6 +200,7 @@ grpc::Status WorkerService::Status(grpc::ServerContext*, const v1::WorkerStatusR
     response->set_layer_begin(assignment_->request.layer_begin());
     response->set_layer_end(assignment_->request.layer_end());
     response->set_kv_capacity_bytes(assignment_->stage->options().kv_budget_bytes);
+    if (assignment_->next) response->set_next_hop_transport(assignment_->next->transport());
   } else {
     response->set_kv_capacity_bytes(worker_kv_budget_);
   }
@@ -198,9 +216,13 @@ grpc::Status WorkerService::Status(grpc::ServerContext*, const v1::WorkerStatusR
 // --------------------------------------------------------------------------------------------- data
 
 grpc::Status WorkerService::Step(grpc::ServerContext*, const v1::StepFrame* request, v1::StepAck*) {
-  const absl::Status st = AcceptStep(*request);
+  return ToGrpc(TakeFrame(*request));
+}
+
+absl::Status WorkerService::TakeFrame(const v1::StepFrame& frame) {
+  const absl::Status st = AcceptStep(frame);
   if (!st.ok()) metrics_.OnRejected(st.code());
-  return ToGrpc(st);
+  return st;
 }
 
 absl::Status WorkerService::AcceptStep(const v1::StepFrame& frame) {

@@ -32,8 +32,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/layer_backend.h"
 #include "engine/weights.h"
 #include "proto/layerpipe.grpc.pb.h"
+#include "worker/next_hop.h"
 #include "worker/outbox.h"
 #include "worker/stage.h"
 #include "worker/step_sequencer.h"
@@ -52,6 +54,11 @@ struct WorkerOptions {
   int threads = 0;              // compute threads; 0: LAYERPIPE_THREADS or all cores
   int64_t kv_budget_bytes = 0;  // 0: half the physical memory
   OutboxOptions outbox;
+  // Runs the assigned layers; empty: the CPU executor on the worker's thread pool.
+  BackendMaker make_backend;
+  // Picks the hop to the next stage per assignment (e.g. MPI between ranks of one job); unset, or
+  // returning null: gRPC to the assignment's next_address.
+  NextHopFactory next_hop;
   // Mutual TLS: the server's credentials (demanding a client certificate) and the channels' to the next
   // stage and the coordinator (presenting the same certificate). Null: plaintext.
   std::shared_ptr<grpc::ServerCredentials> server_credentials;
@@ -68,6 +75,10 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status Status(grpc::ServerContext* ctx, const v1::WorkerStatusRequest* request,
                       v1::WorkerStatus* response) override;
   grpc::Status Step(grpc::ServerContext* ctx, const v1::StepFrame* request, v1::StepAck* response) override;
+
+  // What Step does, for frames that arrive over another transport than gRPC: checks and queues
+  // `frame` and returns the verdict the sender's outbox acts on.
+  absl::Status TakeFrame(const v1::StepFrame& frame);
 
   // Ends the compute and send threads; later RPCs are refused. Idempotent.
   void Stop();
@@ -87,7 +98,7 @@ class WorkerService final : public v1::Worker::Service {
     v1::AssignRequest request;  // with model_dir resolved
     std::shared_ptr<const ModelWeights> weights;
     std::unique_ptr<Stage> stage;
-    std::shared_ptr<v1::Worker::StubInterface> next;
+    std::shared_ptr<NextHop> next;
     std::shared_ptr<v1::StepSink::StubInterface> sink;
   };
 

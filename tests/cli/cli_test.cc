@@ -146,6 +146,11 @@ TEST_F(CliTest, BadArgumentsGiveAnErrorAndNonZeroExit) {
   ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 3 --bogus 1", "unknown flag --bogus");
   ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 3 --precision fp16", "--precision must be bf16 or fp32");
   ExpectFails("generate --model /nonexistent --ids 2,3 --max-new-tokens 3", "/nonexistent/config.json");
+  ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 3 --device gpu", "not one of cpu, cuda, cuda:N");
+  // A device index no machine has: refused whether or not this build has the CUDA backend.
+  ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 3 --device cuda:4096", "--device: device cuda:4096");
+  ExpectFails("cluster" + m + " --workers 3 --device cpu,cpu", "--device lists 2 devices for 3 workers");
+  ExpectFails("cluster" + m + " --workers 2 --device cpu,cuda:4096", "--device: device cuda:4096");
   ExpectFails("score" + m + " --ids 2,3", "--logits-out");
   ExpectFails("score" + m + " --ids , --logits-out /tmp/x.npy", "--ids has no ids");
   ExpectFails("make-checkpoint --out /tmp/x --layers many", "--layers must be an integer");

@@ -208,15 +208,18 @@ class DrainTest(unittest.TestCase):
     def test_coordinator_sigterm_finishes_admitted_requests_and_refuses_new_ones(self):
         c = Cluster(self.model)
         try:
-            t, result = self.start_generation(c, 400)
+            # Long enough that the drain is still running when the second request arrives, even on a
+            # fast machine; once the drain ends the server goes away and refusals read differently.
+            t, result = self.start_generation(c, 4000)
             c.coordinator.send_signal(signal.SIGTERM)
             time.sleep(0.3)
             with self.assertRaises(grpc.RpcError) as err:
                 c.generate([2, 9], 4, timeout=10)
+            self.assertTrue(t.is_alive(), "the admitted request ended before the refusal was checked")
             self.assertEqual(err.exception.code(), grpc.StatusCode.UNAVAILABLE)
             t.join(120)
             self.assertNotIn("error", result)
-            self.assertEqual(len(result["ids"]), 400)
+            self.assertEqual(len(result["ids"]), 4000)
             self.assertEqual(c.coordinator.wait(30), 0)
         finally:
             c.close()

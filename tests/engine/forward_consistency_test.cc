@@ -6,6 +6,7 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "engine/layer_executor.h"
 #include "tests/engine/test_util.h"
 
 namespace layerpipe {
@@ -71,7 +72,7 @@ TEST_P(ForwardConsistencyTest, BatchedSequencesEqualSingleOnes) {
   // Three sequences at different positions: prompts of different lengths, then joint decode steps.
   std::vector<std::vector<int32_t>> prompts = {RandomIds(9, 300, 3), RandomIds(14, 300, 4), RandomIds(3, 300, 5)};
   std::vector<int32_t> next = {17, 42, 99};
-  std::vector<std::unique_ptr<SequenceKv>> kvs;
+  std::vector<std::unique_ptr<SequenceState>> kvs;
   std::vector<StepInput> inputs;
   for (auto& p : prompts) {
     kvs.push_back(engine->NewSequence());
@@ -109,7 +110,7 @@ TEST_P(ForwardConsistencyTest, LayerRangeSplitsEqualTheWholeRange) {
   SequenceSlice s{kv.get(), static_cast<int64_t>(ids.size())};
   ASSERT_TRUE(whole.Forward({&s, 1}, h_whole.data()).ok());
   std::vector<float> logits_whole(ids.size() * V);
-  whole.Logits(h_whole.data(), ids.size(), logits_whole.data());
+  ASSERT_TRUE(whole.Logits(h_whole.data(), ids.size(), logits_whole.data()).ok());
 
   // Every split point, including a stage that holds the single full layer (2) alone.
   for (std::vector<int> cuts : std::vector<std::vector<int>>{{1}, {2}, {3}, {4}, {2, 3}, {1, 2, 3, 4}}) {
@@ -127,7 +128,7 @@ TEST_P(ForwardConsistencyTest, LayerRangeSplitsEqualTheWholeRange) {
       ASSERT_TRUE(ex.Forward({&slice, 1}, h.data()).ok());
       if (last) {
         std::vector<float> logits(ids.size() * V);
-        ex.Logits(h.data(), ids.size(), logits.data());
+        ASSERT_TRUE(ex.Logits(h.data(), ids.size(), logits.data()).ok());
         EXPECT_TRUE(BitEqual(logits_whole, logits.data())) << "split with " << cuts.size() - 1 << " stages";
       }
     }

@@ -5,3 +5,14 @@ add_test(NAME launch_mpirun
                  --src ${PROJECT_SOURCE_DIR} --bin ${CMAKE_BINARY_DIR}/bin
                  --work ${CMAKE_BINARY_DIR}/test_data/launch)
 set_tests_properties(launch_mpirun PROPERTIES TIMEOUT 300)
+
+# layerpipe-mpi under a real mpirun (3 ranks): ids equal to the local engine's, frames between the worker
+# ranks over MPI, clean shutdown on the client's exit and on SIGTERM, and the start-up failures. Only
+# where MPI was found at configure time (mpi/CMakeLists.txt).
+if(TARGET layerpipe-mpi)
+  add_test(NAME launch_layerpipe_mpi
+           COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/launch/mpi_test.py
+                   --src ${PROJECT_SOURCE_DIR} --bin ${CMAKE_BINARY_DIR}/bin
+                   --work ${CMAKE_BINARY_DIR}/test_data/launch_mpi)
+  set_tests_properties(launch_layerpipe_mpi PROPERTIES TIMEOUT 180)
+endif()

@@ -7,6 +7,7 @@
 
 #include "engine/config.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/layer_executor.h"
 #include "engine/weights.h"
 #include "tests/engine/test_util.h"
 #include "worker/kv_bytes.h"
@@ -38,7 +39,8 @@ TEST(StageKvSplit, SlidingRingsAndFullPagesAddUpAndAreReleased) {
   StageOptions so;
   so.first = true;
   so.kv_budget_bytes = int64_t{1} << 30;
-  Stage stage(std::shared_ptr<const ModelWeights>(std::move(*weights)), so, pool);
+  std::shared_ptr<const ModelWeights> shared(std::move(*weights));
+  Stage stage(shared, so, std::make_unique<LayerRangeExecutor>(*shared, so.precision, pool));
 
   // What one sliding layer's ring takes: the whole window, allocated with the first token.
   const int64_t ring0 = KvBytesAtLength(*config, 0, 1, Precision::kBf16, 1);

@@ -100,9 +100,10 @@ CASES = [
 class CliEngine:
     """The `layerpipe` binary."""
 
-    def __init__(self, bin_dir, timeout):
+    def __init__(self, bin_dir, timeout, device="cpu"):
         self.exe = os.path.join(bin_dir, "layerpipe")
         self.timeout = timeout
+        self.device = device
         if not os.access(self.exe, os.X_OK):
             raise SystemExit(f"FAIL: {self.exe} is missing or not executable (pass --bin or set LAYERPIPE_BIN)")
 
@@ -132,12 +133,13 @@ class CliEngine:
 
     def score(self, model_dir, ids, precision, out_path):
         self._run(["score", "--model", model_dir, "--ids", ",".join(map(str, ids)),
-                   "--logits-out", out_path, "--precision", precision])
+                   "--logits-out", out_path, "--precision", precision, "--device", self.device])
         return np.load(out_path).astype(np.float64)
 
     def generate(self, model_dir, ids, n, precision):
         out = self._run(["generate", "--model", model_dir, "--ids", ",".join(map(str, ids)),
-                         "--max-new-tokens", str(n), "--print-ids", "--precision", precision])
+                         "--max-new-tokens", str(n), "--print-ids", "--precision", precision,
+                         "--device", self.device])
         lines = out.strip().splitlines()
         last = lines[-1].strip() if lines else ""
         try:
@@ -468,6 +470,7 @@ def main():
     parser.add_argument("--emulate", action="store_true", help="use the rounded oracle instead of the engine")
     parser.add_argument("--cases", default="", help="comma-separated case names (default: all)")
     parser.add_argument("--timeout", type=int, default=120, help="seconds per engine command")
+    parser.add_argument("--device", default="cpu", help="where `layerpipe` runs the layers: cpu, cuda, cuda:N")
     args = parser.parse_args()
 
     if args.emulate:
@@ -475,7 +478,7 @@ def main():
     elif not args.bin:
         raise SystemExit("FAIL: no engine: pass --bin DIR or set LAYERPIPE_BIN (or --emulate)")
     else:
-        engine = CliEngine(args.bin, args.timeout)
+        engine = CliEngine(args.bin, args.timeout, args.device)
     cases = [c for c in CASES if not args.cases or c.name in args.cases.split(",")]
     if not cases:
         raise SystemExit(f"FAIL: no case matches {args.cases}; known: {[c.name for c in CASES]}")

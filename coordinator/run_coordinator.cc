@@ -1,0 +1,172 @@
+#include "coordinator/run_coordinator.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "common/metrics_http.h"
+#include "coordinator/api_service.h"
+#include "coordinator/pipeline.h"
+#include "coordinator/planner.h"
+#include "engine/stop_conditions.h"
+#include "engine/tokenizer.h"
+
+namespace layerpipe {
+namespace {
+
+// A server on `listen` for `services`; *port is the port bound (0 when it could not listen). Messages
+// up to 512 MiB: full logits of a scored prompt can be large.
+std::unique_ptr<grpc::Server> StartServer(const std::string& listen,
+                                          const std::shared_ptr<grpc::ServerCredentials>& credentials,
+                                          const std::vector<grpc::Service*>& services, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, credentials, port);
+  builder.SetMaxReceiveMessageSize(512 << 20);
+  builder.SetMaxSendMessageSize(512 << 20);
+  for (grpc::Service* s : services) builder.RegisterService(s);
+  return builder.BuildAndStart();
+}
+
+// The host part of a listen address, as something others can dial.
+std::string ReachableHost(const std::string& listen) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = "127.0.0.1";
+  return host;
+}
+
+}  // namespace
+
+int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) {
+  const char* program = s.program.c_str();
+  auto fail = [&](const std::string& msg) {
+    std::fprintf(stderr, "%s: %s\n", program, msg.c_str());
+    return 1;
+  };
+  auto usage = [&](const std::string& msg) {
+    std::fprintf(stderr, "%s: %s\n", program, msg.c_str());
+    return 2;
+  };
+  if (s.listen.empty() || s.model.empty() || s.workers.empty()) {
+    return usage("--listen, --model and --workers are required");
+  }
+  if (s.precision != "bf16" && s.precision != "fp32") return usage("--precision must be bf16 or fp32");
+  if (s.prefill_chunk <= 0 || s.max_batch <= 0) return usage("--prefill-chunk and --max-batch must be positive");
+  auto config = LoadModelConfig(s.model);
+  if (!config.ok()) return fail(std::string(config.status().message()));
+  const int workers = static_cast<int>(s.workers.size());
+  if (workers > config->num_layers) {
+    return usage(absl::StrCat(workers, " workers for ", config->num_layers, " layers"));
+  }
+  std::vector<LayerRange> ranges;
+  if (!s.layer_split.empty()) {
+    auto parsed = ParseLayerSplit(s.layer_split, *config, workers);
+    if (!parsed.ok()) return usage(std::string(parsed.status().message()));
+    ranges = *parsed;
+  } else {
+    ranges = PlanLayerRanges(*config, workers);
+  }
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (std::filesystem::exists(s.model + "/tokenizer.json")) {
+    auto t = Tokenizer::Load(s.model + "/tokenizer.json");
+    if (!t.ok()) return fail(std::string(t.status().message()));
+    tokenizer = std::move(*t);
+  } else {
+    std::fprintf(stderr, "%s: no tokenizer.json in %s: only token ids are accepted\n", program, s.model.c_str());
+  }
+  auto stop_ids = ReadStopIdsFromGenerationConfig(s.model + "/generation_config.json");
+  if (!stop_ids.ok()) return fail(std::string(stop_ids.status().message()));
+
+  // Block the shutdown signals in every thread started from here on; the default wait below takes them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  PipelineOptions popt;
+  popt.model_dir = std::filesystem::absolute(s.model).string();
+  popt.workers = s.workers;
+  popt.ranges = ranges;
+  popt.precision = s.precision;
+  popt.prefill_chunk = s.prefill_chunk;
+  popt.max_batch = s.max_batch;
+  popt.recovery_deadline = s.recovery_deadline;
+  popt.step_timeout = s.step_timeout;
+  popt.health_interval = s.health_interval;
+  auto security = LoadCoordinatorSecurity(s.security);
+  if (!security.ok()) return fail(std::string(security.status().message()));
+  for (const std::string& w : security->warnings) std::fprintf(stderr, "%s: warning: %s\n", program, w.c_str());
+  popt.worker_credentials = security->workers;
+
+  // The server must be listening before the workers are assigned: the last stage reports to it.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  Pipeline pipeline(*config, popt);
+  // Served from the start: a coordinator waiting for its workers shows layerpipe_ready 0.
+  auto metrics = ServeMetricsIfAsked(s.metrics_listen, &pipeline.metrics(), program);
+  if (!metrics.ok()) return fail(absl::StrCat("--metrics-listen: ", metrics.status().message()));
+  LayerPipeService api(*config, tokenizer.get(), *stop_ids, &pipeline, security->gate);
+  StepSinkService sink(&pipeline);
+  int port = 0;
+  std::vector<grpc::Service*> api_services = {&api};
+  if (!security->peer) api_services.push_back(&sink);  // else on its own port, below
+  std::unique_ptr<grpc::Server> server = StartServer(s.listen, security->api, api_services, &port);
+  if (!server || port == 0) return fail(absl::StrCat("cannot listen on ", s.listen));
+  server->GetHealthCheckService()->SetServingStatus(false);
+  const std::string host = ReachableHost(s.listen);
+  std::string self = absl::StrCat(s.advertise_host.empty() ? host : s.advertise_host, ":", port);
+
+  // StepSink on the peer port: the only service there, so mutual TLS can be required of every caller.
+  std::unique_ptr<grpc::Server> peer_server;
+  if (security->peer) {
+    int peer_port = 0;
+    peer_server = StartServer(s.security.peer_listen, security->peer, {&sink}, &peer_port);
+    if (!peer_server || peer_port == 0) {
+      return fail(absl::StrCat("cannot listen on ", s.security.peer_listen, " (--peer-listen)"));
+    }
+    self = absl::StrCat(s.advertise_host.empty() ? ReachableHost(s.security.peer_listen) : s.advertise_host, ":",
+                        peer_port);
+    std::printf("%s peer port on %s\n", program, self.c_str());
+    std::fflush(stdout);
+  }
+  if (!s.advertise.empty()) self = s.advertise;
+  if (auto st = pipeline.Start(self, s.startup_timeout); !st.ok()) {
+    server->Shutdown();
+    return fail(absl::StrCat("the pipeline did not start: ", st.message()));
+  }
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    std::fprintf(stderr, "%s: stage %zu at %s serves layers %d-%d\n", program, i, s.workers[i].c_str(),
+                 ranges[i].begin, ranges[i].end - 1);
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  const std::string address = absl::StrCat(host, ":", port);
+  std::printf("%s listening on %s\n", program, address.c_str());
+  std::fflush(stdout);
+  if (hooks.serving) hooks.serving(address);
+
+  if (hooks.wait_for_stop) {
+    hooks.wait_for_stop();
+    std::fprintf(stderr, "%s: stopping, draining (up to %s)\n", program, absl::FormatDuration(s.drain_timeout).c_str());
+  } else {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "%s: signal %d, draining (up to %s)\n", program, sig,
+                 absl::FormatDuration(s.drain_timeout).c_str());
+  }
+  server->GetHealthCheckService()->SetServingStatus(false);
+  if (!pipeline.Drain(s.drain_timeout)) {
+    std::fprintf(stderr, "%s: drain timed out; cancelling what is left\n", program);
+  }
+  pipeline.Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (peer_server) peer_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  return 0;
+}
+
+}  // namespace layerpipe

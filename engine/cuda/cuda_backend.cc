@@ -1,0 +1,486 @@
+// The CUDA LayerBackend: the CPU executor's forward pass (engine/layer_executor.cc) with the same
+// precision semantics, on one device and one stream. A step uploads the hidden rows and a metadata
+// buffer (slices, tiles, rotary tables, cache block pointers), runs every layer, and downloads the
+// hidden rows; decode steps replay a captured CUDA graph.
+#include "engine/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cpu/bf16.h"
+#include "engine/cpu/ops.h"
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/decode_graphs.h"
+#include "engine/cuda/device_kv.h"
+#include "engine/cuda/device_weights.h"
+#include "engine/cuda/gemm.h"
+#include "engine/cuda/kernels.h"
+#include "engine/cuda/step_plan.h"
+
+namespace layerpipe {
+namespace cuda {
+namespace {
+
+// What every launch of a step depends on besides buffer addresses: equal shapes give equal launches,
+// which is what lets a decode graph be replayed.
+struct StepShape {
+  int64_t rows = 0;
+  int num_slices = 0;
+  int tiles_sliding = 0, tiles_full = 0;
+  int splits_sliding = 1, splits_full = 1;
+  StepLayout layout;
+};
+
+// The host side of a step's metadata.
+struct HostStep {
+  std::vector<SliceMeta> slices;
+  std::vector<int32_t> row_slice;
+  std::vector<TileMeta> tiles_sliding, tiles_full;
+  std::vector<int32_t> kv_offset;
+  std::vector<uint64_t> ptrs;
+  std::vector<float> cs_sliding, cs_full;
+  StepShape shape;
+};
+
+class PinnedBuffer {
+ public:
+  ~PinnedBuffer() {
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+  }
+  absl::Status EnsureAtLeast(size_t bytes) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+    LP_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr_, bytes));
+    bytes_ = bytes;
+    return absl::OkStatus();
+  }
+  uint8_t* get() const { return static_cast<uint8_t*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+template <typename T>
+void Put(uint8_t* base, size_t offset, const std::vector<T>& v) {
+  if (!v.empty()) std::memcpy(base + offset, v.data(), v.size() * sizeof(T));
+}
+
+class CudaBackend final : public LayerBackend {
+ public:
+  CudaBackend(const ModelWeights& w, Precision precision, int device)
+      : w_(w), cfg_(w.config()), precision_(precision), device_(device) {}
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    graphs_.Clear();
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  absl::Status Init();
+
+  std::string device() const override { return absl::StrCat("cuda:", device_); }
+  std::unique_ptr<SequenceState> NewSequence() const override;
+  absl::Status Forward(absl::Span<const SequenceSlice> slices, float* hidden) override;
+  absl::Status Embed(absl::Span<const int32_t> ids, float* hidden) override;
+  absl::Status Logits(const float* hidden, int64_t rows, float* logits) override;
+  const ModelWeights& weights() const override { return w_; }
+  Precision precision() const override { return precision_; }
+
+ private:
+  bool act_bf16() const { return precision_ == Precision::kBf16; }
+  size_t act_bytes() const { return act_bf16() ? 2 : 4; }
+  int num_local() const { return layer_end() - layer_begin(); }
+  absl::Status Validate(absl::Span<const SequenceSlice> slices) const;
+  HostStep Plan(absl::Span<const SequenceSlice> slices) const;
+  absl::Status EnsureScratch(const StepShape& shape);
+  absl::Status RunLayers(const StepShape& shape);
+  absl::Status RunLayer(int l, const StepShape& shape);
+
+  const ModelWeights& w_;
+  const ModelConfig& cfg_;
+  Precision precision_;
+  int device_;
+  int sm_count_ = 0;
+  bool use_graphs_ = true;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<DeviceWeights> dw_;
+  std::unique_ptr<Gemm> gemm_;
+  DecodeGraphs graphs_;
+  std::vector<double> inv_freq_sliding_, inv_freq_full_;
+  int pairs_sliding_ = 0, pairs_full_ = 0;
+  AttentionBlocking blocking_sliding_{}, blocking_full_{};
+  int64_t max_qw_ = 0, max_kw_ = 0, max_qkv_ = 0;
+
+  // Scratch sized for `cap_rows_` rows; moving any of it invalidates the decode graphs.
+  int64_t cap_rows_ = 0;
+  DeviceBuffer h_, x_, qkv_, k_new_, v_new_, attn_, o_, gu_, act_;
+  DeviceBuffer part_acc_, part_ml_, meta_;
+  PinnedBuffer meta_host_;
+  // Embed / Logits only (never in a graph).
+  DeviceBuffer ids_, logits_;
+};
+
+absl::Status CudaBackend::Init() {
+  LP_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  LP_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+  LP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  if (const char* env = std::getenv("LAYERPIPE_CUDA_GRAPHS"); env != nullptr && std::string(env) == "0") {
+    use_graphs_ = false;
+  }
+  for (int l = layer_begin(); l < layer_end(); ++l) {
+    const int hd = cfg_.HeadDim(l);
+    if (hd % 32 != 0 || hd > kMaxHeadDim) {
+      return absl::UnimplementedError(
+          absl::StrCat("CUDA backend: layer ", l, " head_dim ", hd, " is not a multiple of 32 up to ", kMaxHeadDim));
+    }
+    if (cfg_.num_heads % cfg_.KvHeads(l) != 0) {
+      return absl::UnimplementedError(absl::StrCat("CUDA backend: layer ", l, " heads not a multiple of KV heads"));
+    }
+    const int64_t qw = int64_t(cfg_.num_heads) * hd, kw = int64_t(cfg_.KvHeads(l)) * hd;
+    max_qw_ = std::max(max_qw_, qw);
+    max_kw_ = std::max(max_kw_, kw);
+    max_qkv_ = std::max(max_qkv_, qw + kw * (cfg_.HasVProj(l) ? 2 : 1));
+  }
+  LP_CUDA_RETURN_IF_ERROR(PrepareAttentionKernels());
+  inv_freq_sliding_ = RopeInvFreq(cfg_.head_dim, cfg_.rope_sliding.theta, cfg_.rope_sliding.partial_rotary_factor);
+  inv_freq_full_ = RopeInvFreq(cfg_.global_head_dim, cfg_.rope_full.theta, cfg_.rope_full.partial_rotary_factor);
+  pairs_sliding_ = RotaryPairs(inv_freq_sliding_);
+  pairs_full_ = RotaryPairs(inv_freq_full_);
+  blocking_sliding_ = BlockingFor(cfg_.num_heads, std::max(1, cfg_.num_kv_heads));
+  blocking_full_ = BlockingFor(cfg_.num_heads, std::max(1, cfg_.num_global_kv_heads));
+  absl::StatusOr<std::unique_ptr<DeviceWeights>> dw = DeviceWeights::Upload(w_, precision_ == Precision::kFp32);
+  if (!dw.ok()) return dw.status();
+  dw_ = std::move(*dw);
+  absl::StatusOr<std::unique_ptr<Gemm>> gemm = Gemm::Create();
+  if (!gemm.ok()) return gemm.status();
+  gemm_ = std::move(*gemm);
+  return absl::OkStatus();
+}
+
+std::unique_ptr<SequenceState> CudaBackend::NewSequence() const {
+  std::vector<DeviceLayerKv> layers;
+  const size_t elem = precision_ == Precision::kFp32 ? 4 : 2;
+  for (int l = layer_begin(); l < layer_end(); ++l) {
+    const bool full = cfg_.layer_types[l] == LayerType::kFull;
+    layers.emplace_back(!full, cfg_.sliding_window, int64_t(cfg_.KvHeads(l)) * cfg_.HeadDim(l), elem);
+  }
+  return std::make_unique<DeviceSequenceKv>(this, std::move(layers));
+}
+
+absl::Status CudaBackend::Validate(absl::Span<const SequenceSlice> slices) const {
+  std::set<const SequenceState*> seen;
+  for (const SequenceSlice& s : slices) {
+    if (s.kv == nullptr || s.n <= 0) return absl::InvalidArgumentError("empty sequence slice in a step");
+    if (!seen.insert(s.kv).second) return absl::InvalidArgumentError("a sequence appears twice in one step");
+    const auto* kv = dynamic_cast<const DeviceSequenceKv*>(s.kv);
+    if (kv == nullptr || kv->owner() != this) {
+      return absl::InvalidArgumentError("a sequence state was not made by this CUDA backend");
+    }
+    if (s.kv->length() + s.n > cfg_.max_position_embeddings) {
+      return absl::OutOfRangeError(absl::StrCat("sequence would reach position ", s.kv->length() + s.n,
+                                                " past the model's ", cfg_.max_position_embeddings));
+    }
+  }
+  return absl::OkStatus();
+}
+
+HostStep CudaBackend::Plan(absl::Span<const SequenceSlice> slices) const {
+  HostStep st;
+  int64_t row = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const SequenceSlice& s = slices[i];
+    st.slices.push_back({s.kv->length(), static_cast<int32_t>(s.n), static_cast<int32_t>(row)});
+    for (int64_t r = 0; r < s.n; ++r) st.row_slice.push_back(static_cast<int32_t>(i));
+    row += s.n;
+  }
+  const int64_t rows = row;
+  st.tiles_sliding = MakeTiles(st.slices, blocking_sliding_.rows_per_tile);
+  st.tiles_full = MakeTiles(st.slices, blocking_full_.rows_per_tile);
+  const int b = static_cast<int>(slices.size());
+  st.kv_offset.resize(static_cast<size_t>(num_local()) * b);
+  for (int local = 0; local < num_local(); ++local) {
+    for (int i = 0; i < b; ++i) {
+      st.kv_offset[static_cast<size_t>(local) * b + i] = static_cast<int32_t>(st.ptrs.size());
+      static_cast<const DeviceSequenceKv*>(slices[i].kv)->layer(local).AppendBlockPointers(&st.ptrs);
+    }
+  }
+  st.cs_sliding.resize(static_cast<size_t>(rows * 2 * pairs_sliding_));
+  st.cs_full.resize(static_cast<size_t>(rows * 2 * pairs_full_));
+  for (int64_t r = 0; r < rows; ++r) {
+    const SliceMeta& s = st.slices[st.row_slice[r]];
+    const int64_t pos = s.pos0 + (r - s.row0);
+    RopeCosSin(pos, inv_freq_sliding_, pairs_sliding_, st.cs_sliding.data() + r * 2 * pairs_sliding_);
+    RopeCosSin(pos, inv_freq_full_, pairs_full_, st.cs_full.data() + r * 2 * pairs_full_);
+  }
+  StepShape& sh = st.shape;
+  sh.rows = rows;
+  sh.num_slices = b;
+  sh.tiles_sliding = static_cast<int>(st.tiles_sliding.size());
+  sh.tiles_full = static_cast<int>(st.tiles_full.size());
+  sh.splits_sliding = ChooseSplits(int64_t(sh.tiles_sliding) * cfg_.num_kv_heads * blocking_sliding_.head_chunks,
+                                   cfg_.sliding_window + blocking_sliding_.rows_per_tile - 1, sm_count_);
+  sh.splits_full = ChooseSplits(int64_t(sh.tiles_full) * cfg_.num_global_kv_heads * blocking_full_.head_chunks,
+                                cfg_.max_position_embeddings, sm_count_);
+  sh.layout = LayoutFor(b, rows, st.tiles_sliding.size(), st.tiles_full.size(), num_local(), pairs_sliding_,
+                        pairs_full_, st.ptrs.size());
+  return st;
+}
+
+absl::Status CudaBackend::EnsureScratch(const StepShape& shape) {
+  bool moved = false;
+  if (shape.rows > cap_rows_) {
+    int64_t cap = std::max<int64_t>(cap_rows_, 8);
+    while (cap < shape.rows) cap *= 2;
+    const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
+    const size_t kv_elem = precision_ == Precision::kFp32 ? 4 : 2;
+    LP_RETURN_IF_ERROR(h_.Allocate(cap * H * 4));
+    LP_RETURN_IF_ERROR(x_.Allocate(cap * H * act_bytes()));
+    LP_RETURN_IF_ERROR(qkv_.Allocate(cap * max_qkv_ * 4));
+    LP_RETURN_IF_ERROR(k_new_.Allocate(cap * max_kw_ * kv_elem));
+    LP_RETURN_IF_ERROR(v_new_.Allocate(cap * max_kw_ * kv_elem));
+    LP_RETURN_IF_ERROR(attn_.Allocate(cap * max_qw_ * act_bytes()));
+    LP_RETURN_IF_ERROR(o_.Allocate(cap * H * 4));
+    LP_RETURN_IF_ERROR(gu_.Allocate(cap * 2 * I * 4));
+    LP_RETURN_IF_ERROR(act_.Allocate(cap * I * act_bytes()));
+    cap_rows_ = cap;
+    moved = true;
+  }
+  // Split partials: [splits][rows · heads][head_dim] for the larger of the two layer types.
+  const int64_t part = std::max(int64_t(shape.splits_sliding) * cfg_.head_dim,
+                                int64_t(shape.splits_full) * cfg_.global_head_dim) *
+                       shape.rows * cfg_.num_heads;
+  const int64_t part_ml = std::max(shape.splits_sliding, shape.splits_full) * shape.rows * cfg_.num_heads * 2;
+  LP_RETURN_IF_ERROR(part_acc_.EnsureAtLeast(part * 4, &moved));
+  LP_RETURN_IF_ERROR(part_ml_.EnsureAtLeast(part_ml * 4, &moved));
+  // Headroom so growing page tables rarely move the buffer.
+  if (shape.layout.total > meta_.bytes()) LP_RETURN_IF_ERROR(meta_.EnsureAtLeast(2 * shape.layout.total + 4096, &moved));
+  LP_RETURN_IF_ERROR(meta_host_.EnsureAtLeast(meta_.bytes()));
+  if (moved) graphs_.Clear();
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Forward(absl::Span<const SequenceSlice> slices, float* hidden) {
+  LP_RETURN_IF_ERROR(Validate(slices));
+  if (slices.empty()) return absl::OkStatus();
+  LP_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  for (const SequenceSlice& s : slices) {
+    auto* kv = static_cast<DeviceSequenceKv*>(s.kv);
+    for (int local = 0; local < kv->num_layers(); ++local) LP_RETURN_IF_ERROR(kv->layer(local).Reserve(s.kv->length() + s.n));
+  }
+  HostStep st = Plan(slices);
+  const StepShape& shape = st.shape;
+  LP_RETURN_IF_ERROR(EnsureScratch(shape));
+
+  uint8_t* mh = meta_host_.get();
+  const StepLayout& lay = shape.layout;
+  Put(mh, lay.slices, st.slices);
+  Put(mh, lay.row_slice, st.row_slice);
+  Put(mh, lay.tiles_sliding, st.tiles_sliding);
+  Put(mh, lay.tiles_full, st.tiles_full);
+  Put(mh, lay.kv_offset, st.kv_offset);
+  Put(mh, lay.cs_sliding, st.cs_sliding);
+  Put(mh, lay.cs_full, st.cs_full);
+  Put(mh, lay.ptrs, st.ptrs);
+  const int64_t H = cfg_.hidden_size;
+  LP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.get(), mh, lay.total, cudaMemcpyHostToDevice, stream_));
+  LP_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(h_.get(), hidden, shape.rows * H * sizeof(float), cudaMemcpyHostToDevice, stream_));
+
+  bool decode = true;
+  for (const SequenceSlice& s : slices) decode = decode && s.n == 1;
+  absl::Status run = decode && use_graphs_
+                         ? graphs_.Run(shape.num_slices, stream_, [&] { return RunLayers(shape); })
+                         : RunLayers(shape);
+  if (run.ok()) {
+    run = CudaStatus(cudaMemcpyAsync(hidden, h_.get(), shape.rows * H * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+                     "download hidden");
+  }
+  // Always drain the stream: the pinned metadata is rewritten by the next step.
+  const absl::Status synced = CudaStatus(cudaStreamSynchronize(stream_), "step");
+  LP_RETURN_IF_ERROR(run);
+  LP_RETURN_IF_ERROR(synced);
+  for (const SequenceSlice& s : slices) s.kv->Advance(s.n);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::RunLayers(const StepShape& shape) {
+  for (int l = layer_begin(); l < layer_end(); ++l) LP_RETURN_IF_ERROR(RunLayer(l, shape));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::RunLayer(int l, const StepShape& shape) {
+  const DeviceLayer& L = dw_->layer(l);
+  const bool full = cfg_.layer_types[l] == LayerType::kFull;
+  const bool bf16 = act_bf16();
+  const int64_t M = shape.rows, H = cfg_.hidden_size, I = cfg_.intermediate_size;
+  const int nh = cfg_.num_heads, hd = cfg_.HeadDim(l), kvh = cfg_.KvHeads(l);
+  const int64_t qw = int64_t(nh) * hd, kw = int64_t(kvh) * hd;
+  const double eps = cfg_.rms_norm_eps;
+  const StepLayout& lay = shape.layout;
+  const uint8_t* meta = meta_.as<uint8_t>();
+  const auto* slices = reinterpret_cast<const SliceMeta*>(meta + lay.slices);
+  const auto* row_slice = reinterpret_cast<const int32_t*>(meta + lay.row_slice);
+  const auto* kv_offset =
+      reinterpret_cast<const int32_t*>(meta + lay.kv_offset) + int64_t(l - layer_begin()) * shape.num_slices;
+  const auto* ptrs = reinterpret_cast<const uint64_t*>(meta + lay.ptrs);
+  const int64_t window = full ? 0 : cfg_.sliding_window;
+
+  LP_CUDA_RETURN_IF_ERROR(LaunchRmsNorm(h_.as<float>(), L.input_ln, M, H, eps, x_.get(), bf16, stream_));
+  LP_RETURN_IF_ERROR(gemm_->Run(x_.get(), L.qkv.data.get(), bf16, M, L.qkv.rows, H, qkv_.as<float>(), stream_));
+
+  QkvPrepParams prep{};
+  prep.qkv = qkv_.as<float>();
+  prep.ld = L.qkv.rows;
+  prep.rows = M;
+  prep.heads = nh;
+  prep.kv_heads = kvh;
+  prep.head_dim = hd;
+  prep.has_v = L.has_v;
+  prep.q_norm = L.q_norm;
+  prep.k_norm = L.k_norm;
+  prep.cos_sin = reinterpret_cast<const float*>(meta + (full ? lay.cs_full : lay.cs_sliding));
+  prep.pairs = full ? pairs_full_ : pairs_sliding_;
+  prep.eps = eps;
+  prep.k_new = k_new_.get();
+  prep.v_new = v_new_.get();
+  prep.kv_bf16 = bf16;
+  LP_CUDA_RETURN_IF_ERROR(LaunchQkvPrep(prep, stream_));
+
+  AttentionParams at{};
+  at.q = qkv_.as<float>();
+  at.q_stride = L.qkv.rows;
+  at.k_new = k_new_.get();
+  at.v_new = v_new_.get();
+  at.kv_width = kw;
+  at.out = attn_.get();
+  at.out_bf16 = bf16;
+  at.part_acc = part_acc_.as<float>();
+  at.part_ml = part_ml_.as<float>();
+  at.slices = slices;
+  at.tiles = reinterpret_cast<const TileMeta*>(meta + (full ? lay.tiles_full : lay.tiles_sliding));
+  at.num_tiles = full ? shape.tiles_full : shape.tiles_sliding;
+  at.kv_offset = kv_offset;
+  at.ptrs = ptrs;
+  at.rows = M;
+  at.window = window;
+  at.heads = nh;
+  at.kv_heads = kvh;
+  at.head_dim = hd;
+  at.blocking = full ? blocking_full_ : blocking_sliding_;
+  at.splits = full ? shape.splits_full : shape.splits_sliding;
+  at.kv_bf16 = bf16;
+  LP_CUDA_RETURN_IF_ERROR(LaunchAttention(at, stream_));
+
+  StoreKvParams store{};
+  store.k_new = k_new_.get();
+  store.v_new = v_new_.get();
+  store.kv_width = kw;
+  store.slices = slices;
+  store.row_slice = row_slice;
+  store.kv_offset = kv_offset;
+  store.ptrs = ptrs;
+  store.rows = M;
+  store.window = window;
+  store.kv_bf16 = bf16;
+  LP_CUDA_RETURN_IF_ERROR(LaunchStoreKv(store, stream_));
+
+  LP_RETURN_IF_ERROR(gemm_->Run(attn_.get(), L.o.data.get(), bf16, M, H, qw, o_.as<float>(), stream_));
+  LP_CUDA_RETURN_IF_ERROR(LaunchPostAttention(o_.as<float>(), L.post_attn_ln, h_.as<float>(), L.pre_ff_ln, M, H, eps,
+                                              x_.get(), bf16, stream_));
+  LP_RETURN_IF_ERROR(gemm_->Run(x_.get(), L.gate_up.data.get(), bf16, M, 2 * I, H, gu_.as<float>(), stream_));
+  LP_CUDA_RETURN_IF_ERROR(LaunchGeluMul(gu_.as<float>(), M, I, act_.get(), bf16, stream_));
+  LP_RETURN_IF_ERROR(gemm_->Run(act_.get(), L.down.data.get(), bf16, M, H, I, o_.as<float>(), stream_));
+  LP_CUDA_RETURN_IF_ERROR(
+      LaunchPostFeedforward(o_.as<float>(), L.post_ff_ln, h_.as<float>(), L.layer_scalar, M, H, eps, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Embed(absl::Span<const int32_t> ids, float* hidden) {
+  if (dw_->embed().rows == 0 || !w_.selection().embedding) {
+    return absl::FailedPreconditionError("this stage does not hold the embedding");
+  }
+  const int64_t H = cfg_.hidden_size;
+  for (size_t r = 0; r < ids.size(); ++r) {
+    if (ids[r] < 0 || ids[r] >= cfg_.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", ids[r], " at index ", r, " is outside the vocabulary [0, ", cfg_.vocab_size, ")"));
+    }
+  }
+  if (ids.empty()) return absl::OkStatus();
+  LP_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const int64_t rows = static_cast<int64_t>(ids.size());
+  bool moved = false;
+  LP_RETURN_IF_ERROR(ids_.EnsureAtLeast(rows * sizeof(int32_t), &moved));
+  LP_RETURN_IF_ERROR(logits_.EnsureAtLeast(rows * H * sizeof(float), &moved));
+  // The reference casts the scale to the weight dtype: 62.0 for 3840.
+  const float scale = Bf16ToF32(F32ToBf16(static_cast<float>(std::sqrt(double(H)))));
+  LP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ids_.get(), ids.data(), rows * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  LP_CUDA_RETURN_IF_ERROR(LaunchEmbed(dw_->embed().data.get(), !dw_->fp32(), ids_.as<int32_t>(), rows, H, scale,
+                                      logits_.as<float>(), stream_));
+  LP_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(hidden, logits_.get(), rows * H * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  LP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Logits(const float* hidden, int64_t rows, float* logits) {
+  if (dw_->embed().rows == 0 || !w_.selection().head || w_.final_norm().empty()) {
+    return absl::FailedPreconditionError("this stage does not hold the head");
+  }
+  if (rows < 0) return absl::InvalidArgumentError("negative row count");
+  if (rows == 0) return absl::OkStatus();
+  LP_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+  bool moved = false;
+  // Reuses the step scratch: h_ and x_ hold the rows, logits_ the result.
+  StepShape shape;
+  shape.rows = rows;
+  LP_RETURN_IF_ERROR(EnsureScratch(shape));
+  LP_RETURN_IF_ERROR(logits_.EnsureAtLeast(rows * V * sizeof(float), &moved));
+  const bool bf16 = act_bf16();
+  LP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_.get(), hidden, rows * H * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  LP_CUDA_RETURN_IF_ERROR(
+      LaunchRmsNorm(h_.as<float>(), dw_->final_norm(), rows, H, cfg_.rms_norm_eps, x_.get(), bf16, stream_));
+  LP_RETURN_IF_ERROR(gemm_->Run(x_.get(), dw_->embed().data.get(), bf16, rows, V, H, logits_.as<float>(), stream_));
+  const float cap = static_cast<float>(cfg_.final_logit_softcapping);
+  if (cap > 0) LP_CUDA_RETURN_IF_ERROR(LaunchSoftcap(logits_.as<float>(), rows * V, cap, stream_));
+  LP_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(logits, logits_.get(), rows * V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  LP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace cuda
+
+absl::StatusOr<std::unique_ptr<LayerBackend>> MakeCudaBackend(const ModelWeights& weights, Precision precision,
+                                                              int device) {
+  const int count = CudaDeviceCount();
+  if (device < 0 || device >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CUDA device ", device, " requested; ", count, " visible to this process"));
+  }
+  auto backend = std::make_unique<cuda::CudaBackend>(weights, precision, device);
+  LP_RETURN_IF_ERROR(backend->Init());
+  return std::unique_ptr<LayerBackend>(std::move(backend));
+}
+
+int CudaDeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace layerpipe

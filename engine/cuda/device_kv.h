@@ -1,0 +1,60 @@
+// Device-memory KV caches of one sequence for a layer range, in the CPU SequenceKv's layout and
+// allocation pattern (a sliding layer's whole ring on its first token, a full layer's pages of
+// kPageTokens positions as they fill), so bytes() and sliding_bytes() match it and worker/kv_bytes.h.
+#ifndef LAYERPIPE_ENGINE_CUDA_DEVICE_KV_H_
+#define LAYERPIPE_ENGINE_CUDA_DEVICE_KV_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/cuda/device_buffer.h"
+#include "engine/cuda/kv_index.h"
+#include "engine/sequence_state.h"
+
+namespace layerpipe::cuda {
+
+class DeviceLayerKv {
+ public:
+  DeviceLayerKv(bool ring, int64_t window, int64_t row_width, size_t elem_bytes)
+      : ring_(ring), window_(window), width_(row_width), elem_(elem_bytes) {}
+
+  // Allocates what positions < end need.
+  absl::Status Reserve(int64_t end);
+  bool ring() const { return ring_; }
+  // Device addresses of the blocks: the ring, or the pages in position order.
+  void AppendBlockPointers(std::vector<uint64_t>* out) const;
+  size_t blocks() const { return blocks_.size(); }
+  size_t bytes() const { return blocks_.size() * BlockBytes(); }
+
+ private:
+  size_t BlockBytes() const { return static_cast<size_t>((ring_ ? window_ : kPageTokens) * 2 * width_) * elem_; }
+
+  bool ring_;
+  int64_t window_;
+  int64_t width_;
+  size_t elem_;
+  std::vector<DeviceBuffer> blocks_;
+};
+
+class DeviceSequenceKv final : public SequenceState {
+ public:
+  // `owner` identifies the backend that made it (a state is only valid there).
+  DeviceSequenceKv(const void* owner, std::vector<DeviceLayerKv> layers)
+      : owner_(owner), layers_(std::move(layers)) {}
+
+  const void* owner() const { return owner_; }
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  DeviceLayerKv& layer(int local) { return layers_[local]; }
+  const DeviceLayerKv& layer(int local) const { return layers_[local]; }
+  size_t bytes() const override;
+  size_t sliding_bytes() const override;
+
+ private:
+  const void* owner_;
+  std::vector<DeviceLayerKv> layers_;
+};
+
+}  // namespace layerpipe::cuda
+
+#endif  // LAYERPIPE_ENGINE_CUDA_DEVICE_KV_H_

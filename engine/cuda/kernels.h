@@ -1,0 +1,111 @@
+// Host-callable launchers of the backend's CUDA kernels. Every launcher only enqueues on `stream` and
+// returns the launch's error (cudaGetLastError), so it may be recorded into a CUDA graph.
+//
+// Activations that feed a matmul are written either as fp32 or, in the bf16 precision mode, rounded to
+// bf16 (round to nearest even, like the CPU backend); `out_bf16` picks which. KV rows are fp32 or bf16
+// by the same mode (`kv_bf16`).
+#ifndef LAYERPIPE_ENGINE_CUDA_KERNELS_H_
+#define LAYERPIPE_ENGINE_CUDA_KERNELS_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/cuda/step_plan.h"
+
+namespace layerpipe::cuda {
+
+// out[r] = table[ids[r]] · scale; table is [vocab, hidden], bf16 or fp32.
+cudaError_t LaunchEmbed(const void* table, bool table_bf16, const int32_t* ids, int64_t rows, int64_t hidden,
+                        float scale, float* out, cudaStream_t stream);
+
+// out[r] = x[r] / sqrt(mean(x[r]²) + eps) · w (the sum of squares in double, like the CPU).
+cudaError_t LaunchRmsNorm(const float* x, const float* w, int64_t rows, int64_t n, double eps, void* out,
+                          bool out_bf16, cudaStream_t stream);
+
+// h += RmsNorm(o, post_attn); ff_in = RmsNorm(h, pre_ff).
+cudaError_t LaunchPostAttention(const float* o, const float* post_attn, float* h, const float* pre_ff, int64_t rows,
+                                int64_t n, double eps, void* ff_in, bool ff_in_bf16, cudaStream_t stream);
+
+// h = (h + RmsNorm(o, post_ff)) · scalar.
+cudaError_t LaunchPostFeedforward(const float* o, const float* post_ff, float* h, float scalar, int64_t rows,
+                                  int64_t n, double eps, cudaStream_t stream);
+
+// Per-head work between the QKV projection and attention, per row r:
+//   q heads (in place in qkv): RmsNorm(q_norm), rotary;
+//   k_new = rotary(RmsNorm(k, k_norm)), v_new = RmsNorm(v) without gain, where v is the raw k section
+//   when has_v is false (k_eq_v). k_new / v_new are [rows][kv_heads·head_dim] in the KV precision.
+struct QkvPrepParams {
+  float* qkv;  // [rows][ld]: q (heads·hd), k (kv·hd), then v (kv·hd) when has_v
+  int64_t ld;
+  int64_t rows;
+  int heads, kv_heads, head_dim;
+  bool has_v;
+  const float* q_norm;
+  const float* k_norm;
+  const float* cos_sin;  // [rows][2·pairs]: cos of each rotating pair, then sin
+  int pairs;
+  double eps;
+  void* k_new;
+  void* v_new;
+  bool kv_bf16;
+};
+cudaError_t LaunchQkvPrep(const QkvPrepParams& p, cudaStream_t stream);
+
+// Causal (optionally sliding-window) GQA attention of the step's rows against their sequences' caches
+// plus the step's own new keys, score scale 1. One block per (tile, KV head · head chunk, split).
+struct AttentionParams {
+  const float* q;  // [rows][q_stride], heads·hd used
+  int64_t q_stride;
+  const void* k_new;  // [rows][kv_width], KV precision
+  const void* v_new;
+  int64_t kv_width;  // kv_heads · head_dim, also the cache row width
+  void* out;         // [rows][heads·hd]
+  bool out_bf16;
+  float* part_acc;  // splits > 1: [splits][rows·heads][hd]
+  float* part_ml;   // splits > 1: [splits][rows·heads][2] (running max, sum)
+  const SliceMeta* slices;
+  const TileMeta* tiles;
+  int num_tiles;
+  const int32_t* kv_offset;  // this layer's row of the step's kv_offset table ([num_slices])
+  const uint64_t* ptrs;
+  int64_t rows;
+  int64_t window;  // 0: full attention over pages; > 0: sliding over a ring of `window` slots
+  int heads, kv_heads, head_dim;
+  AttentionBlocking blocking;
+  int splits;
+  bool kv_bf16;
+};
+cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream);
+// Raises the attention kernels' dynamic shared memory limit to what kMaxHeadDim needs (a per-process
+// setting, so every backend asks for the largest). Call before any launch and before graph capture.
+cudaError_t PrepareAttentionKernels();
+
+// Copies the step's new K/V rows into the caches (only the rows a ring keeps). Run after attention.
+struct StoreKvParams {
+  const void* k_new;
+  const void* v_new;
+  int64_t kv_width;
+  const SliceMeta* slices;
+  const int32_t* row_slice;
+  const int32_t* kv_offset;
+  const uint64_t* ptrs;
+  int64_t rows;
+  int64_t window;  // 0: pages
+  bool kv_bf16;
+};
+cudaError_t LaunchStoreKv(const StoreKvParams& p, cudaStream_t stream);
+
+// out[r] = gelu_tanh(gu[r][0:I]) ⊙ gu[r][I:2I].
+cudaError_t LaunchGeluMul(const float* gu, int64_t rows, int64_t inter, void* out, bool out_bf16,
+                          cudaStream_t stream);
+
+// x = cap · tanh(x / cap).
+cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream);
+
+// dst = widen(src) for bf16 raw bits.
+cudaError_t LaunchBf16ToF32(const uint16_t* src, float* dst, int64_t n, cudaStream_t stream);
+
+}  // namespace layerpipe::cuda
+
+#endif  // LAYERPIPE_ENGINE_CUDA_KERNELS_H_

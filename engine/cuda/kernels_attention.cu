@@ -1,0 +1,269 @@
+// Attention over the sliding rings and the paged full caches, and the store of new K/V rows.
+//
+// A block serves up to kQueriesPerBlock query vectors (rows x heads of one GQA group), 4 per warp,
+// and walks its key range in tiles of kKeysPerTile keys staged in shared memory, so each key is read
+// from memory once per block. Softmax is online (running max and sum per query, rescaled once per
+// tile). Long key ranges are cut into `splits` pieces (split-K): each piece writes an unnormalised
+// partial and a reduce kernel merges them; with one split the block writes the output directly.
+#include <cuda_bf16.h>
+
+#include <cfloat>
+
+#include "engine/cuda/device_common.cuh"
+#include "engine/cuda/kernels.h"
+#include "engine/cuda/kv_index.h"
+
+namespace layerpipe::cuda {
+namespace {
+
+constexpr int kWarps = kAttentionThreads / 32;
+constexpr int kQueriesPerWarp = kQueriesPerBlock / kWarps;
+constexpr int kMaxDimsPerLane = kMaxHeadDim / 32;
+static_assert(kKeysPerTile == 32, "a tile's scores are spread one per lane");
+
+// Element pointer of key (which = 0) or value (which = 1) `key` of KV head `kvh` for a block whose
+// slice starts at pos0: older positions come from the cache, the step's own from k_new / v_new (the
+// cache is only written after attention, so a ring never loses keys an earlier row still needs).
+template <typename T>
+__device__ __forceinline__ const T* KeyRow(const AttentionParams& p, const SliceMeta& s, int32_t kv_off, int64_t key,
+                                           int which, int kvh) {
+  const int64_t head_off = int64_t(kvh) * p.head_dim;
+  if (key >= s.pos0) {
+    const T* base = static_cast<const T*>(which == 0 ? p.k_new : p.v_new);
+    return base + (s.row0 + (key - s.pos0)) * p.kv_width + head_off;
+  }
+  const bool ring = p.window > 0;
+  const KvSlot slot = KvSlotOf(key, ring, p.window);
+  const T* block = reinterpret_cast<const T*>(p.ptrs[kv_off + slot.block]);
+  return block + KvRowOffset(slot.slot, which, p.kv_width) + head_off;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kAttentionThreads) AttentionKernel(AttentionParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int hd = p.head_dim;
+  T* ks = reinterpret_cast<T*>(smem);
+  T* vs = ks + kKeysPerTile * hd;
+
+  const TileMeta tile = p.tiles[blockIdx.x];
+  const SliceMeta s = p.slices[tile.slice];
+  const int32_t kv_off = p.kv_offset[tile.slice];
+  const AttentionBlocking& b = p.blocking;
+  const int kvh = blockIdx.y / b.head_chunks, chunk = blockIdx.y % b.head_chunks;
+  const int split = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int dpl = hd / 32;
+
+  // This warp's queries. Validity depends only on (warp, qi), so every branch on it is warp-uniform.
+  bool valid[kQueriesPerWarp];
+  int64_t q_row[kQueriesPerWarp], q_lo[kQueriesPerWarp], q_hi[kQueriesPerWarp];
+  int q_head[kQueriesPerWarp];
+  float q[kQueriesPerWarp][kMaxDimsPerLane];
+  float acc[kQueriesPerWarp][kMaxDimsPerLane];
+  float m[kQueriesPerWarp], l[kQueriesPerWarp];
+#pragma unroll
+  for (int qi = 0; qi < kQueriesPerWarp; ++qi) {
+    const int idx = warp * kQueriesPerWarp + qi;
+    const int row_in_tile = idx / b.heads_per_chunk;
+    const int g = chunk * b.heads_per_chunk + idx % b.heads_per_chunk;
+    const int row = tile.row_begin + row_in_tile;
+    valid[qi] = idx < b.rows_per_tile * b.heads_per_chunk && g < b.group && row < s.n;
+    q_head[qi] = kvh * b.group + g;
+    q_row[qi] = s.row0 + row;
+    q_hi[qi] = s.pos0 + row;
+    q_lo[qi] = FirstVisibleKey(q_hi[qi], p.window);
+    m[qi] = -INFINITY;
+    l[qi] = 0.f;
+    const float* qp = p.q + q_row[qi] * p.q_stride + int64_t(q_head[qi]) * hd;
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      q[qi][i] = (valid[qi] && i < dpl) ? qp[lane + 32 * i] : 0.f;
+      acc[qi][i] = 0.f;
+    }
+  }
+
+  // The block's keys: from the first row's window start to the last row's position.
+  const int first_row = tile.row_begin;
+  const int last_row = min(tile.row_begin + b.rows_per_tile, s.n) - 1;
+  int64_t kbegin, kend;
+  SplitKeyRange(FirstVisibleKey(s.pos0 + first_row, p.window), s.pos0 + last_row, p.splits, split, kKeysPerTile,
+                &kbegin, &kend);
+
+  constexpr int kVec = 16 / sizeof(T);  // elements per 16-byte load; head_dim is a multiple of 32
+  const int vecs_per_row = hd / kVec;
+  for (int64_t t0 = kbegin; t0 < kend; t0 += kKeysPerTile) {
+    __syncthreads();  // the previous tile is fully consumed
+    for (int v = threadIdx.x; v < kKeysPerTile * vecs_per_row; v += kAttentionThreads) {
+      const int j = v / vecs_per_row, col = (v % vecs_per_row) * kVec;
+      const int64_t key = t0 + j;
+      uint4 kx = make_uint4(0, 0, 0, 0), vx = make_uint4(0, 0, 0, 0);
+      if (key < kend) {  // past the range: zeros, so 0-weighted values never inject NaN
+        kx = *reinterpret_cast<const uint4*>(KeyRow<T>(p, s, kv_off, key, 0, kvh) + col);
+        vx = *reinterpret_cast<const uint4*>(KeyRow<T>(p, s, kv_off, key, 1, kvh) + col);
+      }
+      *reinterpret_cast<uint4*>(ks + j * hd + col) = kx;
+      *reinterpret_cast<uint4*>(vs + j * hd + col) = vx;
+    }
+    __syncthreads();
+
+    // Scores: lane j ends up holding score[qi] of key t0 + j.
+    float score[kQueriesPerWarp];
+#pragma unroll
+    for (int qi = 0; qi < kQueriesPerWarp; ++qi) score[qi] = -INFINITY;
+    for (int j = 0; j < kKeysPerTile; ++j) {
+      float kreg[kMaxDimsPerLane];
+#pragma unroll
+      for (int i = 0; i < kMaxDimsPerLane; ++i) kreg[i] = i < dpl ? ToFloat(ks[j * hd + lane + 32 * i]) : 0.f;
+      const int64_t key = t0 + j;
+#pragma unroll
+      for (int qi = 0; qi < kQueriesPerWarp; ++qi) {
+        if (!valid[qi]) continue;
+        float d = 0.f;
+#pragma unroll
+        for (int i = 0; i < kMaxDimsPerLane; ++i) d = fmaf(q[qi][i], kreg[i], d);
+        d = WarpSum(d);
+        if (lane == j && key < kend && key >= q_lo[qi] && key <= q_hi[qi]) score[qi] = d;
+      }
+    }
+#pragma unroll
+    for (int qi = 0; qi < kQueriesPerWarp; ++qi) {
+      if (!valid[qi]) continue;
+      const float m_new = fmaxf(m[qi], WarpMax(score[qi]));
+      if (m_new == -INFINITY) continue;  // nothing visible yet for this query
+      const float rescale = expf(m[qi] - m_new);  // 0 on the first visible tile (m = -inf)
+      const float pj = expf(score[qi] - m_new);   // 0 for masked keys
+      l[qi] = l[qi] * rescale + WarpSum(pj);
+      m[qi] = m_new;
+#pragma unroll
+      for (int i = 0; i < kMaxDimsPerLane; ++i) acc[qi][i] *= rescale;
+      score[qi] = pj;
+    }
+    for (int j = 0; j < kKeysPerTile; ++j) {
+      float vreg[kMaxDimsPerLane];
+#pragma unroll
+      for (int i = 0; i < kMaxDimsPerLane; ++i) vreg[i] = i < dpl ? ToFloat(vs[j * hd + lane + 32 * i]) : 0.f;
+#pragma unroll
+      for (int qi = 0; qi < kQueriesPerWarp; ++qi) {
+        if (!valid[qi] || m[qi] == -INFINITY) continue;
+        const float pb = __shfl_sync(0xffffffffu, score[qi], j);
+#pragma unroll
+        for (int i = 0; i < kMaxDimsPerLane; ++i) acc[qi][i] = fmaf(pb, vreg[i], acc[qi][i]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int qi = 0; qi < kQueriesPerWarp; ++qi) {
+    if (!valid[qi]) continue;
+    const int64_t qh = q_row[qi] * p.heads + q_head[qi];
+    if (p.splits == 1) {
+      // Every query sees at least its own key, so l > 0.
+      const float inv = 1.f / l[qi];
+#pragma unroll
+      for (int i = 0; i < kMaxDimsPerLane; ++i) {
+        if (i < dpl) StoreAct(p.out, q_row[qi] * (int64_t(p.heads) * hd) + int64_t(q_head[qi]) * hd + lane + 32 * i,
+                              acc[qi][i] * inv, p.out_bf16);
+      }
+    } else {
+      const int64_t entry = int64_t(split) * p.rows * p.heads + qh;
+#pragma unroll
+      for (int i = 0; i < kMaxDimsPerLane; ++i) {
+        if (i < dpl) p.part_acc[entry * hd + lane + 32 * i] = acc[qi][i];
+      }
+      if (lane == 0) {
+        p.part_ml[entry * 2] = m[qi];
+        p.part_ml[entry * 2 + 1] = l[qi];
+      }
+    }
+  }
+}
+
+// Merges the split partials of one (row, head) per block.
+__global__ void SplitReduceKernel(AttentionParams p) {
+  const int64_t qh = blockIdx.x;
+  const int hd = p.head_dim;
+  const int64_t stride = p.rows * p.heads;
+  float mx = -INFINITY;
+  for (int s = 0; s < p.splits; ++s) mx = fmaxf(mx, p.part_ml[(s * stride + qh) * 2]);
+  float total = 0.f;
+  for (int s = 0; s < p.splits; ++s) {
+    const float ms = p.part_ml[(s * stride + qh) * 2];
+    if (ms != -INFINITY) total += p.part_ml[(s * stride + qh) * 2 + 1] * expf(ms - mx);
+  }
+  const float inv = 1.f / total;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float o = 0.f;
+    for (int s = 0; s < p.splits; ++s) {
+      const float ms = p.part_ml[(s * stride + qh) * 2];
+      if (ms != -INFINITY) o = fmaf(p.part_acc[(s * stride + qh) * hd + d], expf(ms - mx), o);
+    }
+    StoreAct(p.out, qh * hd + d, o * inv, p.out_bf16);
+  }
+}
+
+template <typename T>
+__global__ void StoreKvKernel(StoreKvParams p) {
+  const int64_t r = blockIdx.x;
+  const int32_t si = p.row_slice[r];
+  const SliceMeta s = p.slices[si];
+  const int64_t i = r - s.row0;
+  const bool ring = p.window > 0;
+  if (!CacheKeepsRow(i, s.n, ring, p.window)) return;
+  const KvSlot slot = KvSlotOf(s.pos0 + i, ring, p.window);
+  T* block = reinterpret_cast<T*>(p.ptrs[p.kv_offset[si] + slot.block]);
+  T* kdst = block + KvRowOffset(slot.slot, 0, p.kv_width);
+  T* vdst = block + KvRowOffset(slot.slot, 1, p.kv_width);
+  const T* ksrc = static_cast<const T*>(p.k_new) + r * p.kv_width;
+  const T* vsrc = static_cast<const T*>(p.v_new) + r * p.kv_width;
+  constexpr int kVec = 16 / sizeof(T);
+  for (int64_t c = int64_t(threadIdx.x) * kVec; c < p.kv_width; c += int64_t(blockDim.x) * kVec) {
+    *reinterpret_cast<uint4*>(kdst + c) = *reinterpret_cast<const uint4*>(ksrc + c);
+    *reinterpret_cast<uint4*>(vdst + c) = *reinterpret_cast<const uint4*>(vsrc + c);
+  }
+}
+
+size_t AttentionSmem(int head_dim, bool bf16) {
+  return size_t{2} * kKeysPerTile * head_dim * (bf16 ? sizeof(__nv_bfloat16) : sizeof(float));
+}
+
+}  // namespace
+
+cudaError_t PrepareAttentionKernels() {
+  const int max_head_dim = kMaxHeadDim;
+  cudaError_t e = cudaFuncSetAttribute(AttentionKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(AttentionSmem(max_head_dim, false)));
+  if (e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(AttentionKernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(AttentionSmem(max_head_dim, true)));
+}
+
+cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.num_tiles <= 0) return cudaSuccess;
+  if (p.head_dim > kMaxHeadDim || p.head_dim % 32 != 0 || p.splits < 1 || p.splits > kMaxSplits) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 grid(static_cast<unsigned>(p.num_tiles), static_cast<unsigned>(p.kv_heads * p.blocking.head_chunks),
+                  static_cast<unsigned>(p.splits));
+  const size_t smem = AttentionSmem(p.head_dim, p.kv_bf16);
+  if (p.kv_bf16) {
+    AttentionKernel<__nv_bfloat16><<<grid, kAttentionThreads, smem, stream>>>(p);
+  } else {
+    AttentionKernel<float><<<grid, kAttentionThreads, smem, stream>>>(p);
+  }
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess || p.splits == 1) return e;
+  SplitReduceKernel<<<static_cast<unsigned>(p.rows * p.heads), 128, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchStoreKv(const StoreKvParams& p, cudaStream_t stream) {
+  if (p.rows <= 0) return cudaSuccess;
+  if (p.kv_bf16) {
+    StoreKvKernel<__nv_bfloat16><<<static_cast<unsigned>(p.rows), 128, 0, stream>>>(p);
+  } else {
+    StoreKvKernel<float><<<static_cast<unsigned>(p.rows), 128, 0, stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace layerpipe::cuda

@@ -1,0 +1,144 @@
+// Row norms, the fused residual steps around attention and the feed-forward, and the per-head
+// norm + rotary step between the QKV projection and attention.
+#include <cuda_bf16.h>
+
+#include "engine/cuda/device_common.cuh"
+#include "engine/cuda/kernels.h"
+
+namespace layerpipe::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+constexpr int kPrepWarps = 4;
+
+// 1 / sqrt(ss / n + eps) computed in double and narrowed, as the CPU RmsNorm does.
+__device__ __forceinline__ float InvRms(double ss, int64_t n, double eps) {
+  return static_cast<float>(1.0 / sqrt(ss / static_cast<double>(n) + eps));
+}
+
+__global__ void RmsNormKernel(const float* x, const float* w, int64_t n, double eps, void* out, bool out_bf16) {
+  __shared__ double scratch[32];
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * n;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += double(xr[i]) * xr[i];
+  const float inv = InvRms(BlockSum(ss, scratch), n, eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = w == nullptr ? xr[i] * inv : xr[i] * inv * w[i];
+    StoreAct(out, r * n + i, v, out_bf16);
+  }
+}
+
+__global__ void PostAttentionKernel(const float* o, const float* post_attn, float* h, const float* pre_ff, int64_t n,
+                                    double eps, void* ff_in, bool ff_in_bf16) {
+  __shared__ double scratch[32];
+  const int64_t r = blockIdx.x;
+  const float* orow = o + r * n;
+  float* hrow = h + r * n;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += double(orow[i]) * orow[i];
+  const float inv_o = InvRms(BlockSum(ss, scratch), n, eps);
+  double hs = 0;
+  // Each thread re-reads only the h elements it wrote itself, so no barrier is needed between.
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = hrow[i] + orow[i] * inv_o * post_attn[i];
+    hrow[i] = v;
+    hs += double(v) * v;
+  }
+  const float inv_h = InvRms(BlockSum(hs, scratch), n, eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) StoreAct(ff_in, r * n + i, hrow[i] * inv_h * pre_ff[i], ff_in_bf16);
+}
+
+__global__ void PostFeedforwardKernel(const float* o, const float* post_ff, float* h, float scalar, int64_t n,
+                                      double eps) {
+  __shared__ double scratch[32];
+  const int64_t r = blockIdx.x;
+  const float* orow = o + r * n;
+  float* hrow = h + r * n;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += double(orow[i]) * orow[i];
+  const float inv = InvRms(BlockSum(ss, scratch), n, eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) hrow[i] = (hrow[i] + orow[i] * inv * post_ff[i]) * scalar;
+}
+
+// One warp per (row, head): heads [0, heads) are query heads, [heads, heads + kv_heads) KV heads.
+__global__ void QkvPrepKernel(QkvPrepParams p) {
+  __shared__ float stage[kPrepWarps][kMaxHeadDim];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t r = blockIdx.x;
+  const int t = blockIdx.y * kPrepWarps + warp;
+  if (t >= p.heads + p.kv_heads) return;  // warp-uniform; no block barrier below
+  const int hd = p.head_dim, half = hd / 2;
+  const int64_t qw = int64_t(p.heads) * hd, kw = int64_t(p.kv_heads) * hd;
+  float* row = p.qkv + r * p.ld;
+  const float* cs = p.cos_sin + r * 2 * p.pairs;
+  float* st = stage[warp];
+
+  // RmsNorm of src (gain w or none) into the warp's stage.
+  auto norm_into_stage = [&](const float* src, const float* w) {
+    double ss = 0;
+    for (int d = lane; d < hd; d += 32) ss += double(src[d]) * src[d];
+    ss = WarpSum(ss);
+    const float inv = InvRms(ss, hd, p.eps);
+    for (int d = lane; d < hd; d += 32) st[d] = w == nullptr ? src[d] * inv : src[d] * inv * w[d];
+    __syncwarp();
+  };
+  // Rotate-half rotary of the stage: dim i pairs with i + half, only the first `pairs` pairs turn.
+  auto rotated = [&](int d) {
+    const int i = d < half ? d : d - half;
+    if (i >= p.pairs) return st[d];
+    const float c = cs[i], s = cs[p.pairs + i];
+    return d < half ? st[d] * c - st[d + half] * s : st[d] * c + st[i] * s;
+  };
+
+  if (t < p.heads) {
+    float* q = row + int64_t(t) * hd;
+    norm_into_stage(q, p.q_norm);
+    for (int d = lane; d < hd; d += 32) q[d] = rotated(d);
+    return;
+  }
+  const int kvh = t - p.heads;
+  const float* k = row + qw + int64_t(kvh) * hd;
+  const float* v = p.has_v ? row + qw + kw + int64_t(kvh) * hd : k;
+  const int64_t out = r * kw + int64_t(kvh) * hd;
+  // V first: with k_eq_v it reads the raw keys, which the k pass below leaves untouched anyway.
+  norm_into_stage(v, nullptr);
+  for (int d = lane; d < hd; d += 32) StoreAct(p.v_new, out + d, st[d], p.kv_bf16);
+  __syncwarp();  // every lane is done reading the stage before it is overwritten
+  norm_into_stage(k, p.k_norm);
+  for (int d = lane; d < hd; d += 32) StoreAct(p.k_new, out + d, rotated(d), p.kv_bf16);
+}
+
+}  // namespace
+
+cudaError_t LaunchRmsNorm(const float* x, const float* w, int64_t rows, int64_t n, double eps, void* out,
+                          bool out_bf16, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  RmsNormKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(x, w, n, eps, out, out_bf16);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPostAttention(const float* o, const float* post_attn, float* h, const float* pre_ff, int64_t rows,
+                                int64_t n, double eps, void* ff_in, bool ff_in_bf16, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  PostAttentionKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(o, post_attn, h, pre_ff, n, eps, ff_in,
+                                                                                ff_in_bf16);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPostFeedforward(const float* o, const float* post_ff, float* h, float scalar, int64_t rows,
+                                  int64_t n, double eps, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  PostFeedforwardKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(o, post_ff, h, scalar, n, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchQkvPrep(const QkvPrepParams& p, cudaStream_t stream) {
+  if (p.rows <= 0) return cudaSuccess;
+  if (p.head_dim > kMaxHeadDim || p.head_dim % 32 != 0) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(p.rows), (p.heads + p.kv_heads + kPrepWarps - 1) / kPrepWarps);
+  QkvPrepKernel<<<grid, kPrepWarps * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace layerpipe::cuda

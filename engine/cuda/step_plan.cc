@@ -1,0 +1,61 @@
+#include "engine/cuda/step_plan.h"
+
+#include <algorithm>
+
+namespace layerpipe::cuda {
+namespace {
+
+// Split pieces shorter than this many key tiles cost more in the reduce than they win in parallelism.
+constexpr int64_t kMinTilesPerSplit = 4;
+
+size_t Align16(size_t x) { return (x + 15) / 16 * 16; }
+
+}  // namespace
+
+AttentionBlocking BlockingFor(int heads, int kv_heads) {
+  AttentionBlocking b;
+  b.group = heads / kv_heads;
+  b.heads_per_chunk = std::min(b.group, kQueriesPerBlock);
+  b.head_chunks = (b.group + b.heads_per_chunk - 1) / b.heads_per_chunk;
+  b.rows_per_tile = kQueriesPerBlock / b.heads_per_chunk;
+  return b;
+}
+
+std::vector<TileMeta> MakeTiles(const std::vector<SliceMeta>& slices, int rows_per_tile) {
+  std::vector<TileMeta> tiles;
+  for (size_t s = 0; s < slices.size(); ++s) {
+    for (int32_t r = 0; r < slices[s].n; r += rows_per_tile) tiles.push_back({static_cast<int32_t>(s), r});
+  }
+  return tiles;
+}
+
+int ChooseSplits(int64_t blocks, int64_t max_keys, int sm_count) {
+  if (blocks <= 0) return 1;
+  const int64_t for_sms = (2 * int64_t{sm_count} + blocks - 1) / blocks;
+  const int64_t piece = kMinTilesPerSplit * kKeysPerTile;
+  const int64_t for_keys = std::max<int64_t>(1, (max_keys + piece - 1) / piece);
+  return static_cast<int>(std::clamp<int64_t>(std::min(for_sms, for_keys), 1, kMaxSplits));
+}
+
+StepLayout LayoutFor(int num_slices, int64_t rows, size_t tiles_sliding, size_t tiles_full, int local_layers,
+                     int pairs_sliding, int pairs_full, size_t num_ptrs) {
+  StepLayout l;
+  size_t at = 0;
+  auto section = [&at](size_t bytes) {
+    const size_t start = at;
+    at = Align16(at + bytes);
+    return start;
+  };
+  l.slices = section(sizeof(SliceMeta) * num_slices);
+  l.row_slice = section(sizeof(int32_t) * rows);
+  l.tiles_sliding = section(sizeof(TileMeta) * tiles_sliding);
+  l.tiles_full = section(sizeof(TileMeta) * tiles_full);
+  l.kv_offset = section(sizeof(int32_t) * local_layers * num_slices);
+  l.cs_sliding = section(sizeof(float) * rows * 2 * pairs_sliding);
+  l.cs_full = section(sizeof(float) * rows * 2 * pairs_full);
+  l.ptrs = section(sizeof(uint64_t) * num_ptrs);
+  l.total = at;
+  return l;
+}
+
+}  // namespace layerpipe::cuda

@@ -1,0 +1,62 @@
+// The backend seam: something that runs a contiguous range of decoder layers (and, when it holds them,
+// the embedding and the tied head) on a batch of sequence slices. The CPU executor and the CUDA backend
+// implement it; stages and the engine only talk to this interface.
+#ifndef LAYERPIPE_ENGINE_LAYER_BACKEND_H_
+#define LAYERPIPE_ENGINE_LAYER_BACKEND_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/cpu/thread_pool.h"
+#include "engine/precision.h"
+#include "engine/sequence_state.h"
+#include "engine/weights.h"
+
+namespace layerpipe {
+
+// n new tokens of one sequence, at positions kv->length() .. kv->length() + n - 1.
+struct SequenceSlice {
+  SequenceState* kv;
+  int64_t n;
+};
+
+class LayerBackend {
+ public:
+  virtual ~LayerBackend() = default;
+
+  // "cpu", "cuda:0", ...
+  virtual std::string device() const = 0;
+
+  // Empty caches for a new sequence, in this backend's memory.
+  virtual std::unique_ptr<SequenceState> NewSequence() const = 0;
+
+  // hidden: host [sum of n, hidden_size] fp32, rows in slice order; updated in place. Appends each
+  // slice's keys and values to its caches and advances its length. A sequence may appear once per call;
+  // every state must come from this backend's NewSequence. On error no sequence has advanced.
+  virtual absl::Status Forward(absl::Span<const SequenceSlice> slices, float* hidden) = 0;
+
+  // First stage: h = E[id] · bf16(sqrt(hidden)) into host `hidden`. Ids must be in the vocabulary.
+  virtual absl::Status Embed(absl::Span<const int32_t> ids, float* hidden) = 0;
+
+  // Last stage: softcapped logits of `rows` host hidden rows into host logits [rows, vocab].
+  virtual absl::Status Logits(const float* hidden, int64_t rows, float* logits) = 0;
+
+  virtual const ModelWeights& weights() const = 0;
+  virtual Precision precision() const = 0;
+  int layer_begin() const { return weights().selection().layer_begin; }
+  int layer_end() const { return weights().selection().layer_end; }
+};
+
+// Makes the backend that runs the layers of `weights`. The engine library only knows the CPU one; the
+// CUDA backend lives in a library above it (backend/backend_factory.h picks by device name).
+using BackendMaker =
+    std::function<absl::StatusOr<std::unique_ptr<LayerBackend>>(const ModelWeights&, Precision, ThreadPool&)>;
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_ENGINE_LAYER_BACKEND_H_

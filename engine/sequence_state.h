@@ -1,0 +1,30 @@
+// What a backend keeps for one sequence between steps: its KV caches (in host or device memory) and
+// how many positions they hold. Only the backend that made a state reads its caches.
+#ifndef LAYERPIPE_ENGINE_SEQUENCE_STATE_H_
+#define LAYERPIPE_ENGINE_SEQUENCE_STATE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace layerpipe {
+
+class SequenceState {
+ public:
+  virtual ~SequenceState() = default;
+
+  // Positions already written (the next token's position).
+  int64_t length() const { return length_; }
+  void Advance(int64_t n) { length_ += n; }
+
+  // Cache bytes held now, and the part of them in sliding-window rings (the rest is full-attention
+  // pages). Every backend allocates the same layout, so worker/kv_bytes.h predicts both.
+  virtual size_t bytes() const = 0;
+  virtual size_t sliding_bytes() const = 0;
+
+ private:
+  int64_t length_ = 0;
+};
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_ENGINE_SEQUENCE_STATE_H_

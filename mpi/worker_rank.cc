@@ -1,0 +1,127 @@
+#include "mpi/worker_rank.h"
+
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "mpi/mpi_next_hop.h"
+#include "mpi/rank_protocol.h"
+#include "worker/worker_server.h"
+
+namespace layerpipe {
+namespace {
+
+std::string AdvertisedAddress(const WorkerRankSettings& s, const WorkerServer& server) {
+  std::string host = s.advertise_host;
+  if (host.empty()) {
+    host = HostOf(server.address());
+    if (host == "0.0.0.0" || host == "[::]" || host.empty()) {
+      char name[256] = {};
+      host = gethostname(name, sizeof(name) - 1) == 0 ? name : "127.0.0.1";
+    }
+  }
+  return absl::StrCat(host, ":", server.port());
+}
+
+// Waits for rank 0's stop; a signal here is passed on to rank 0, which stops the whole job.
+void WaitForStop(JobControl& job, const std::string& prefix) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  const timespec tick{0, 20 * 1000 * 1000};
+  bool asked = false;
+  while (!job.StopArrived()) {
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig > 0 && !asked) {
+      std::fprintf(stderr, "%s: signal %d, asking rank 0 to stop the job\n", prefix.c_str(), sig);
+      job.RequestStop(absl::StrCat("rank ", job.rank(), " got signal ", sig));
+      asked = true;
+    }
+  }
+}
+
+}  // namespace
+
+int RunWorkerRank(JobControl& job, FrameLink& link, const WorkerRankSettings& s) {
+  const std::string prefix = absl::StrCat("layerpipe-mpi[rank ", job.rank(), "]");
+  WorkerOptions options;
+  options.listen_address = s.listen;
+  options.default_model_dir = s.model;
+  options.threads = s.threads;
+  options.kv_budget_bytes = s.kv_budget_bytes;
+
+  // Everything that can fail at start is gathered into one message for rank 0.
+  std::string failure;
+  DeviceSpec device = s.device;
+  if (s.device_per_local_rank && device.cuda() && CudaDevicesVisible() > 0) {
+    device.ordinal = s.local_worker_index % CudaDevicesVisible();
+  }
+  auto maker = BackendMakerFor(device);
+  if (maker.ok()) {
+    options.make_backend = *maker;
+  } else {
+    failure = absl::StrCat("--device ", device.ToString(), ": ", maker.status().message());
+  }
+  // Filled in once the addresses are known, which is before rank 0 assigns anything.
+  auto hops = std::make_shared<NextHopFactory>();
+  options.next_hop = [hops](const v1::AssignRequest& r) -> absl::StatusOr<std::shared_ptr<NextHop>> {
+    if (!*hops) return std::shared_ptr<NextHop>();
+    return (*hops)(r);
+  };
+
+  std::unique_ptr<WorkerServer> server;
+  if (failure.empty()) {
+    auto started = WorkerServer::Start(options);
+    if (started.ok()) {
+      server = std::move(*started);
+    } else {
+      failure = std::string(started.status().message());
+    }
+  }
+  const std::vector<std::string> all =
+      job.AllGather(failure.empty() ? EncodeWorkerReady(AdvertisedAddress(s, *server)) : EncodeWorkerFailed(failure));
+  StartupReport report = ParseStartup(all);
+  if (!report.failures.empty()) {
+    // Rank 0 says which ranks failed and why; this rank only notes its own part.
+    if (!failure.empty()) std::fprintf(stderr, "%s: cannot start the worker: %s\n", prefix.c_str(), failure.c_str());
+    if (server) server->Shutdown();
+    job.Barrier();
+    return 1;
+  }
+  std::map<std::string, int> rank_of_address;
+  std::vector<int> peers;  // the other worker ranks: whoever might send this rank frames
+  for (int r = 1; r < job.size(); ++r) {
+    rank_of_address[report.worker_addresses[r - 1]] = r;
+    if (r != job.rank()) peers.push_back(r);
+  }
+  *hops = MpiNextHopFactory(&link, rank_of_address, prefix);
+  job.Barrier();  // rank 0 assigns only after this: every worker knows the ranks by then
+  std::fprintf(stderr, "%s: worker serving on %s (device %s)\n", prefix.c_str(),
+               report.worker_addresses[job.rank() - 1].c_str(), device.ToString().c_str());
+
+  WorkerService& service = server->service();
+  std::thread receiver([&] { link.ServeFrames([&](const v1::StepFrame& f) { return service.TakeFrame(f); }, peers); });
+
+  WaitForStop(job, prefix);
+  // The outbox stops first, then the others learn that no more frames come from here; the receiver
+  // keeps answering (UNAVAILABLE once the service has stopped) until every other worker has said so.
+  server->Shutdown();
+  link.SendClose(peers);
+  receiver.join();
+  job.Barrier();
+  link.Finish();
+  std::fprintf(stderr, "%s: stopped; frames over mpi: %lld sent, %lld received\n", prefix.c_str(),
+               static_cast<long long>(link.frames_sent()), static_cast<long long>(link.frames_received()));
+  return 0;
+}
+
+}  // namespace layerpipe

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Every GPU check and benchmark in one run, for a machine with one CUDA GPU (sized for an H200 and
+# ~8 minutes): builds with the CUDA backend, then
+#   1. the CUDA backend against the CPU backend (ctest -L gpu: gtest, both precisions);
+#   2. the CUDA backend against the float64 oracle (tests/oracle/check_engine.py --device cuda);
+#   3. a two-worker pipeline with both stages on the GPU, its greedy ids against the single-process engine;
+#   4. bench_cuda on a generated checkpoint of the full 12B shape (48 layers, bf16, 262,144 vocab).
+# Prints a summary line per part and exits non-zero if any check failed (benchmarks report figures only).
+#
+#   bash tests/gpu/run.sh [--skip-build] [--skip-bench]
+# Environment: LAYERPIPE_GPU_WORK (scratch, default /tmp/layerpipe_gpu), BUILD_DIR (default build).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+skip_build=0 skip_bench=0
+for a in "$@"; do
+  case "$a" in
+    --skip-build) skip_build=1 ;;
+    --skip-bench) skip_bench=1 ;;
+    *) echo "run.sh: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+work="${LAYERPIPE_GPU_WORK:-/tmp/layerpipe_gpu}"
+build="${BUILD_DIR:-build}"
+bin="$build/bin"
+mkdir -p "$work"
+start=$(date +%s)
+declare -a summary
+failed=0
+section() { echo; echo "=== [$(($(date +%s) - start))s] $*"; }
+record() {  # record NAME STATUS
+  summary+=("$(printf '%-40s %s' "$1" "$([ "$2" -eq 0 ] && echo ok || echo "FAILED (exit $2)")")")
+  [ "$2" -eq 0 ] || failed=1
+}
+
+section "machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.memory --format=csv 2>&1 || true
+/usr/local/cuda/bin/nvcc --version 2>&1 | tail -1 || true
+nproc
+
+if [ "$skip_build" -eq 0 ]; then
+  section "build (CUDA backend on)"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLAYERPIPE_CUDA=ON 2>&1 | grep -E "layerpipe:|Error|error" 
+  cmake --build "$build" -j "$(nproc)" >"$work/build.log" 2>&1
+  rc=$?
+  tail -3 "$work/build.log"
+  record "build" $rc
+  [ $rc -eq 0 ] || { grep -E "error|Error" "$work/build.log" | head -30; exit 1; }
+fi
+if [ ! -x "$bin/bench_cuda" ]; then
+  echo "run.sh: $bin/bench_cuda is missing: the build did not find the CUDA toolkit" >&2
+  exit 1
+fi
+
+section "1. CUDA backend vs CPU backend (ctest -L gpu)"
+(cd "$build" && ctest -L gpu --output-on-failure --timeout 300) 2>&1 | tail -40
+record "cuda vs cpu (ctest -L gpu)" "${PIPESTATUS[0]}"
+
+section "2. CUDA backend vs the float64 oracle"
+timeout 600 /usr/bin/python3 tests/oracle/check_engine.py --bin "$bin" --device cuda --work "$work/oracle" 2>&1 | tail -30
+record "cuda vs oracle" "${PIPESTATUS[0]}"
+
+section "3. two workers on the GPU vs the single-process engine"
+model="$work/pipe_model"
+rm -rf "$model"
+"$bin/layerpipe" make-checkpoint --out "$model" --layers 6 --hidden 128 --intermediate 256 --vocab 512 \
+  --heads 4 --head-dim 32 --kv-heads 2 --global-head-dim 64 --global-kv-heads 1 --window 8 --full-period 3 \
+  --seed 11 >/dev/null
+ids=2,17,33,45,61,78,90,101,115,130,144,158
+local_ids=$("$bin/layerpipe" generate --model "$model" --ids $ids --max-new-tokens 24 --print-ids --device cuda \
+            --precision fp32 | tail -1)
+cpu_ids=$("$bin/layerpipe" generate --model "$model" --ids $ids --max-new-tokens 24 --print-ids --device cpu \
+          --precision fp32 | tail -1)
+pipe_ids=$(timeout 300 "$bin/layerpipe" cluster --model "$model" --workers 2 --device cuda:0 --precision fp32 -- \
+           generate --ids $ids --max-new-tokens 24 --print-ids 2>"$work/cluster.log" | tail -1)
+echo "cpu engine:     $cpu_ids"
+echo "cuda engine:    $local_ids"
+echo "cuda pipeline:  $pipe_ids"
+grep -iE "transport|nccl" "$work/cluster.log" | head -5
+[ -n "$pipe_ids" ] && [ "$pipe_ids" = "$local_ids" ] && [ "$local_ids" = "$cpu_ids" ]
+record "2-worker GPU pipeline == engine" $?
+
+if [ "$skip_bench" -eq 0 ]; then
+  section "4. bench_cuda, full 12B shape"
+  timeout 420 "$bin/bench_cuda" --workdir "$work/bench" 2>&1 | tail -40
+  record "bench_cuda (figures above)" "${PIPESTATUS[0]}"
+fi
+
+section "summary ($(($(date +%s) - start))s)"
+printf '%s\n' "${summary[@]}"
+exit $failed

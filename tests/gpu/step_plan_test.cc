@@ -1,0 +1,127 @@
+// Host-side planning of the CUDA backend (no device needed): cache index math against the CPU
+// LayerKvCache layout, tiling, split choice and the metadata layout's stability for decode graphs.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <set>
+
+#include "engine/cuda/kv_index.h"
+#include "engine/cuda/step_plan.h"
+#include "engine/kv_cache.h"
+
+namespace layerpipe::cuda {
+namespace {
+
+TEST(KvIndexTest, SlotsMatchTheCpuCacheLayout) {
+  const int64_t width = 8, window = 6;
+  LayerKvCache ring(true, window, width, Precision::kFp32), pages(false, 0, width, Precision::kFp32);
+  ring.Reserve(1);
+  pages.Reserve(3 * kPageTokens);
+  const float* ring0 = ring.K<float>(0);
+  // Page bases as the CPU allocated them, in position order.
+  std::vector<const float*> page_base;
+  for (int64_t p = 0; p < 3; ++p) page_base.push_back(pages.K<float>(p * kPageTokens));
+  for (int64_t pos : {0, 1, 5, 6, 7, 255, 256, 511, 700}) {
+    const KvSlot r = KvSlotOf(pos, true, window);
+    EXPECT_EQ(r.block, 0);
+    EXPECT_EQ(ring0 + KvRowOffset(r.slot, 0, width), ring.K<float>(pos)) << pos;
+    EXPECT_EQ(ring0 + KvRowOffset(r.slot, 1, width), ring.V<float>(pos)) << pos;
+    const KvSlot p = KvSlotOf(pos, false, 0);
+    EXPECT_EQ(page_base[p.block] + KvRowOffset(p.slot, 0, width), pages.K<float>(pos)) << pos;
+    EXPECT_EQ(page_base[p.block] + KvRowOffset(p.slot, 1, width), pages.V<float>(pos)) << pos;
+  }
+}
+
+TEST(KvIndexTest, RingKeepsTheLastWindowRowsOfAChunk) {
+  int kept = 0;
+  for (int64_t i = 0; i < 20; ++i) kept += CacheKeepsRow(i, 20, true, 6);
+  EXPECT_EQ(kept, 6);
+  EXPECT_FALSE(CacheKeepsRow(13, 20, true, 6));
+  EXPECT_TRUE(CacheKeepsRow(14, 20, true, 6));
+  EXPECT_TRUE(CacheKeepsRow(0, 20, false, 0));
+  EXPECT_TRUE(CacheKeepsRow(0, 3, true, 6));
+}
+
+TEST(KvIndexTest, FirstVisibleKeyFollowsTheWindow) {
+  EXPECT_EQ(FirstVisibleKey(0, 6), 0);
+  EXPECT_EQ(FirstVisibleKey(5, 6), 0);
+  EXPECT_EQ(FirstVisibleKey(6, 6), 1);  // q − k < window: 6 keys, itself included
+  EXPECT_EQ(FirstVisibleKey(1000, 0), 0);
+}
+
+TEST(KvIndexTest, SplitsPartitionTheKeyRangeInWholeTiles) {
+  for (int64_t lo : {0, 3, 100}) {
+    for (int64_t len : {1, 31, 32, 33, 600, 4096}) {
+      for (int splits : {1, 2, 7, 32}) {
+        const int64_t hi = lo + len - 1;
+        int64_t next = lo;
+        for (int s = 0; s < splits; ++s) {
+          int64_t b, e;
+          SplitKeyRange(lo, hi, splits, s, kKeysPerTile, &b, &e);
+          if (b >= e) {
+            EXPECT_GE(b, hi + 1);
+            continue;
+          }
+          EXPECT_EQ(b, next);
+          if (e != hi + 1) EXPECT_EQ((e - b) % kKeysPerTile, 0);
+          next = e;
+        }
+        EXPECT_EQ(next, hi + 1) << lo << " " << len << " " << splits;
+      }
+    }
+  }
+}
+
+TEST(StepPlanTest, BlockingCoversEveryHeadOnce) {
+  for (auto [heads, kv] : std::vector<std::pair<int, int>>{{16, 8}, {16, 1}, {4, 2}, {4, 1}, {32, 1}, {6, 2}}) {
+    const AttentionBlocking b = BlockingFor(heads, kv);
+    EXPECT_EQ(b.group, heads / kv);
+    EXPECT_LE(b.heads_per_chunk * b.rows_per_tile, kQueriesPerBlock);
+    EXPECT_GE(b.rows_per_tile, 1);
+    std::set<int> seen;
+    for (int c = 0; c < b.head_chunks; ++c) {
+      for (int i = 0; i < b.heads_per_chunk; ++i) {
+        const int g = c * b.heads_per_chunk + i;
+        if (g < b.group) EXPECT_TRUE(seen.insert(g).second);
+      }
+    }
+    EXPECT_EQ(static_cast<int>(seen.size()), b.group);
+  }
+}
+
+TEST(StepPlanTest, TilesCoverEveryRowOnce) {
+  std::vector<SliceMeta> slices = {{0, 9, 0}, {40, 1, 9}, {3, 17, 10}};
+  for (int rpt : {1, 2, 8, 16}) {
+    const auto tiles = MakeTiles(slices, rpt);
+    std::vector<int> covered(27, 0);
+    for (const TileMeta& t : tiles) {
+      const SliceMeta& s = slices[t.slice];
+      for (int r = t.row_begin; r < std::min(t.row_begin + rpt, s.n); ++r) ++covered[s.row0 + r];
+    }
+    for (int c : covered) EXPECT_EQ(c, 1);
+  }
+}
+
+TEST(StepPlanTest, SplitsDependOnTheLaunchNotTheContext) {
+  EXPECT_EQ(ChooseSplits(10000, 1 << 20, 132), 1);               // prefill: enough blocks
+  EXPECT_EQ(ChooseSplits(1, 1 << 20, 132), kMaxSplits);          // one long decode
+  EXPECT_EQ(ChooseSplits(8, 1031, 132), (1031 + 127) / 128);     // a window caps the pieces
+  EXPECT_EQ(ChooseSplits(64, 1 << 20, 132), (2 * 132 + 63) / 64);
+}
+
+TEST(StepPlanTest, LayoutIsStableAsPageTablesGrow) {
+  const StepLayout a = LayoutFor(3, 3, 3, 3, 5, 16, 32, 10);
+  const StepLayout b = LayoutFor(3, 3, 3, 3, 5, 16, 32, 1000);
+  EXPECT_EQ(a.slices, b.slices);
+  EXPECT_EQ(a.cs_full, b.cs_full);
+  EXPECT_EQ(a.ptrs, b.ptrs);
+  EXPECT_GT(b.total, a.total);
+  EXPECT_GE(a.row_slice, a.slices + 3 * sizeof(SliceMeta));
+  EXPECT_GE(a.ptrs, a.cs_full + 3 * 2 * 32 * sizeof(float));
+  for (size_t off : {a.slices, a.row_slice, a.tiles_sliding, a.tiles_full, a.kv_offset, a.cs_sliding, a.cs_full, a.ptrs}) {
+    EXPECT_EQ(off % 16, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace layerpipe::cuda

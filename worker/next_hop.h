@@ -1,0 +1,52 @@
+// How a stage hands its output frame to the next stage. The Outbox owns ordering, retries and blame;
+// a NextHop only moves one frame and brings back the next stage's verdict, so every transport keeps the
+// same error semantics as the gRPC Step call. A transport that moves the hidden rows some other way
+// (e.g. device memory over NCCL) can still wrap a plain hop for the frame's metadata and verdict.
+#ifndef LAYERPIPE_WORKER_NEXT_HOP_H_
+#define LAYERPIPE_WORKER_NEXT_HOP_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/layerpipe.grpc.pb.h"
+
+namespace layerpipe {
+
+class NextHop {
+ public:
+  virtual ~NextHop() = default;
+
+  // Delivers `frame` and returns what the next stage answered (its WorkerService::Step status).
+  // UNAVAILABLE or DEADLINE_EXCEEDED mean "not delivered, may be tried again"; the outbox retries
+  // those. `ctx` carries the attempt's deadline and is TryCancel()ed when the outbox stops.
+  virtual grpc::Status Send(grpc::ClientContext* ctx, const v1::StepFrame& frame) = 0;
+
+  // The outbox is stopping: a Send in progress on another thread returns CANCELLED soon, and so
+  // does every later one. Only transports that TryCancel() on the context does not reach need it.
+  virtual void Cancel() {}
+
+  // Short name of the transport ("grpc", "mpi"), for WorkerStatus and logs.
+  virtual std::string transport() const = 0;
+};
+
+// The default hop: the next worker's Step RPC.
+class GrpcNextHop final : public NextHop {
+ public:
+  explicit GrpcNextHop(std::shared_ptr<v1::Worker::StubInterface> stub) : stub_(std::move(stub)) {}
+  grpc::Status Send(grpc::ClientContext* ctx, const v1::StepFrame& frame) override;
+  std::string transport() const override { return "grpc"; }
+
+ private:
+  std::shared_ptr<v1::Worker::StubInterface> stub_;
+};
+
+// Chooses the hop of a stage that is not the last, given its assignment. A null result means the
+// default gRPC hop to request.next_address(); an error fails the Assign with that status.
+using NextHopFactory = std::function<absl::StatusOr<std::shared_ptr<NextHop>>(const v1::AssignRequest& request)>;
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_WORKER_NEXT_HOP_H_
