@@ -16,6 +16,7 @@
 #                           127.0.0.1 is right when every rank is on one host
 #   --precision bf16|fp32   passed to the coordinator
 #   --threads T             compute threads per worker (0: all cores)
+#   --device D              where workers run their layers: cpu (default), cuda or cuda:N
 #   --kv-budget SIZE        KV cache budget per worker, e.g. 4G (default: the worker's own default)
 #   --layer-split RANGES    explicit stage ranges, e.g. 0-23,24-47
 #   --bin-dir DIR           where the layerpipe binaries are (default: $LAYERPIPE_BIN, else the
@@ -34,7 +35,7 @@ set -euo pipefail
 die() { echo "mpirun.sh[rank ${rank:-?}]: error: $*" >&2; exit 2; }
 note() { echo "mpirun.sh[rank ${rank:-?}]: $*" >&2; }
 
-model="" base_port=50100 rendezvous="" advertise_host="" precision="" threads="" kv_budget="" layer_split=""
+model="" base_port=50100 rendezvous="" advertise_host="" precision="" threads="" device="" kv_budget="" layer_split=""
 bin_dir="${LAYERPIPE_BIN:-}" rendezvous_timeout=300 ready_timeout=1200
 client=()
 while (($#)); do
@@ -46,6 +47,7 @@ while (($#)); do
     --precision) precision="${2:?--precision needs a value}"; shift 2 ;;
     --threads) threads="${2:?--threads needs a value}"; shift 2 ;;
     --kv-budget) kv_budget="${2:?--kv-budget needs a value}"; shift 2 ;;
+    --device) device="${2:?--device needs a value}"; shift 2 ;;
     --layer-split) layer_split="${2:?--layer-split needs a value}"; shift 2 ;;
     --bin-dir) bin_dir="${2:?--bin-dir needs a value}"; shift 2 ;;
     --rendezvous-timeout) rendezvous_timeout="${2:?--rendezvous-timeout needs a value}"; shift 2 ;;
@@ -136,6 +138,7 @@ run_worker() {
   args=(--listen "0.0.0.0:$port" --model "$model")
   [ -z "$threads" ] || args+=(--threads "$threads")
   [ -z "$kv_budget" ] || args+=(--kv-budget "$kv_budget")
+  [ -z "$device" ] || args+=(--device "$device")
   trap 'stop_server' EXIT
   trap 'stop_server; exit 143' TERM
   trap 'stop_server; exit 130' INT

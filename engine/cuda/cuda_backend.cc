@@ -240,6 +240,10 @@ absl::Status CudaBackend::EnsureScratch(const StepShape& shape) {
   if (shape.rows > cap_rows_) {
     int64_t cap = std::max<int64_t>(cap_rows_, 8);
     while (cap < shape.rows) cap *= 2;
+    // Allocate() frees the old buffer first, so a failure below leaves some buffers freed or empty:
+    // forget the capacity and the graphs that hold the old addresses before touching any of them.
+    graphs_.Clear();
+    cap_rows_ = 0;
     const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
     const size_t kv_elem = precision_ == Precision::kFp32 ? 4 : 2;
     LP_RETURN_IF_ERROR(h_.Allocate(cap * H * 4));
@@ -259,13 +263,14 @@ absl::Status CudaBackend::EnsureScratch(const StepShape& shape) {
                                 int64_t(shape.splits_full) * cfg_.global_head_dim) *
                        shape.rows * cfg_.num_heads;
   const int64_t part_ml = std::max(shape.splits_sliding, shape.splits_full) * shape.rows * cfg_.num_heads * 2;
-  LP_RETURN_IF_ERROR(part_acc_.EnsureAtLeast(part * 4, &moved));
-  LP_RETURN_IF_ERROR(part_ml_.EnsureAtLeast(part_ml * 4, &moved));
+  absl::Status st = part_acc_.EnsureAtLeast(part * 4, &moved);
+  if (st.ok()) st = part_ml_.EnsureAtLeast(part_ml * 4, &moved);
   // Headroom so growing page tables rarely move the buffer.
-  if (shape.layout.total > meta_.bytes()) LP_RETURN_IF_ERROR(meta_.EnsureAtLeast(2 * shape.layout.total + 4096, &moved));
-  LP_RETURN_IF_ERROR(meta_host_.EnsureAtLeast(meta_.bytes()));
+  if (st.ok() && shape.layout.total > meta_.bytes()) st = meta_.EnsureAtLeast(2 * shape.layout.total + 4096, &moved);
+  if (st.ok()) st = meta_host_.EnsureAtLeast(meta_.bytes());
+  // Also on failure: a buffer that failed to grow was freed, and a graph must not keep its address.
   if (moved) graphs_.Clear();
-  return absl::OkStatus();
+  return st;
 }
 
 absl::Status CudaBackend::Forward(absl::Span<const SequenceSlice> slices, float* hidden) {

@@ -6,6 +6,7 @@ namespace layerpipe::cuda {
 
 absl::Status DecodeGraphs::Run(int batch, cudaStream_t stream, const std::function<absl::Status()>& record) {
   auto it = graphs_.find(batch);
+  if (it == graphs_.end() && warmed_.insert(batch).second) return record();
   if (it == graphs_.end()) {
     LP_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     const absl::Status recorded = record();
@@ -30,6 +31,7 @@ absl::Status DecodeGraphs::Run(int batch, cudaStream_t stream, const std::functi
 void DecodeGraphs::Clear() {
   for (auto& [batch, exec] : graphs_) cudaGraphExecDestroy(exec);
   graphs_.clear();
+  warmed_.clear();
 }
 
 }  // namespace layerpipe::cuda

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 
 #include "absl/status/status.h"
 
@@ -23,13 +24,16 @@ class DecodeGraphs {
   ~DecodeGraphs() { Clear(); }
 
   // Replays the graph for `batch`, capturing `record` (which must only enqueue work on `stream`) first
-  // when there is none.
+  // when there is none. The first call for a batch size runs `record` directly instead: a warm-up, so
+  // that one-time work (cuBLASLt plans and its first use of a kernel, lazy module loading) never
+  // happens inside a capture, where it could invalidate it.
   absl::Status Run(int batch, cudaStream_t stream, const std::function<absl::Status()>& record);
   void Clear();
   size_t size() const { return graphs_.size(); }
 
  private:
   std::map<int, cudaGraphExec_t> graphs_;
+  std::set<int> warmed_;  // batch sizes run directly once since the last Clear()
 };
 
 }  // namespace layerpipe::cuda

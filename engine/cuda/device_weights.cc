@@ -105,6 +105,9 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Model
     std::vector<const float*> s;
     LP_RETURN_IF_ERROR(UploadFloats({&w.final_norm()}, &dw->final_norm_, &s));
   }
+  // cudaMemcpy from pageable memory may return before its DMA lands, and the backend's stream is
+  // non-blocking (no implicit ordering with these legacy-stream copies): finish them here.
+  LP_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return dw;
 }
 

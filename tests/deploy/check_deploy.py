@@ -965,6 +965,9 @@ class Checker:
             worker = pods["StatefulSet"]["spec"]["template"]["spec"]["containers"][0]
             test_pod = [o for _, o in objects if o["kind"] == "Pod"][0]["spec"]["containers"][0]
             cargv, wargv, targv = coord["command"] + coord["args"], worker["command"] + worker["args"], test_pod["command"] + test_pod["args"]
+            want_device = "cuda" if values["workers"]["gpu"]["enabled"] else None
+            need(flag_value(wargv, "device") == want_device,
+                 f"chart {scenario}: workers run with --device={flag_value(wargv, 'device')}, want {want_device}")
             pki = None
             if values["tls"]["enabled"] or values["auth"]["enabled"]:
                 # The Secret's files, generated: the flags' paths under secret.mountPath point at them.
@@ -1056,7 +1059,9 @@ class Checker:
             if status is not None:
                 need(status == "NOT_SERVING", f"{name}: the coordinator is {status} before its workers exist")
                 health_note = ", health NOT_SERVING -> SERVING"
-            workers = [start(rewrite(a, {"listen": f"127.0.0.1:{port}", "model": model, "flagfile": flagfile(a),
+            # GPU workers run on the CPU here: the smoke run checks command lines, not hardware.
+            device = {"device": "cpu"} if flag_value(wargvs[0], "device") else {}
+            workers = [start(rewrite(a, {"listen": f"127.0.0.1:{port}", "model": model, "flagfile": flagfile(a), **device,
                                          **metrics_of(a, f"worker{i}.log")}), f"worker{i}.log")
                        for i, (a, port) in enumerate(zip(wargvs, wports))]
             for i, w in enumerate(workers):

@@ -173,6 +173,42 @@ TEST_P(CudaBackendTest, LongContextAcrossPagesAndSplitDecodeMatchesCpu) {
   }
 }
 
+TEST_P(CudaBackendTest, WideWindowSplitSlidingAttentionMatchesCpu) {
+  // The main checkpoint's window (6) is shorter than one split piece, so its sliding layers never
+  // split. A window of 200 gives a 1-token decode a sliding key range of 200 keys: two pieces on any
+  // GPU (ChooseSplits), cut inside the window of a ring that has wrapped; the 300-token chunk also
+  // runs split with rows whose windows start at different keys.
+  RandomCheckpointOptions o = testing_util::SmallModel();
+  o.window = 200;
+  o.seed = 8;
+  static const std::string* dir = new std::string(testing_util::MakeCheckpoint("cuda_wide", o));
+  auto config = LoadModelConfig(*dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->sliding_window, 200);
+  auto w = ModelWeights::Load(*dir, *config, {0, config->num_layers, true, true});
+  ASSERT_TRUE(w.ok()) << w.status();
+  LayerRangeExecutor cpu(**w, GetParam(), pool_);
+  auto gpu = MakeCudaBackend(**w, GetParam(), 0);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  Runner c{&cpu, config->hidden_size, config->vocab_size}, g{gpu->get(), config->hidden_size, config->vocab_size};
+  auto ckv = cpu.NewSequence();
+  auto gkv = (*gpu)->NewSequence();
+  const auto ids = RandomIds(520, 300, 41);
+  size_t at = 0;
+  for (size_t n : {300, 220}) {
+    std::vector<int32_t> part(ids.begin() + at, ids.begin() + at + n);
+    const auto want = c.Step({{ckv.get(), part}});
+    const auto got = g.Step({{gkv.get(), part}});
+    EXPECT_LE(MaxAbsDiff(got.data(), want.data(), want.size()), Tolerance(GetParam())) << "chunk at " << at;
+    at += n;
+  }
+  for (int32_t t : {17, 18, 19, 20}) {  // direct, then captured, then replayed decode steps
+    const auto want = c.Step({{ckv.get(), {t}}});
+    const auto got = g.Step({{gkv.get(), {t}}});
+    EXPECT_LE(MaxAbsDiff(got.data(), want.data(), want.size()), Tolerance(GetParam())) << "decode token " << t;
+  }
+}
+
 TEST_P(CudaBackendTest, KvBytesEqualCpu) {
   auto ckv = cpu_->NewSequence();
   auto gkv = gpu_->NewSequence();
@@ -249,13 +285,16 @@ TEST_P(CudaBackendTest, DecodeGraphsEqualDirectLaunches) {
     const auto y = b.Step(bin);
     EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float))) << "step " << step;
   }
-  // A batch of one after a batch of two: a different graph.
+  // A batch of one after a batch of two: a different graph (the first step of a batch size runs
+  // directly as a warm-up, the second captures, the rest replay).
   ain.resize(1);
   bin.resize(1);
-  ain[0].second = bin[0].second = {77};
-  const auto x = a.Step(ain);
-  const auto y = b.Step(bin);
-  EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float)));
+  for (int step = 0; step < 3; ++step) {
+    ain[0].second = bin[0].second = {static_cast<int32_t>(77 + step)};
+    const auto x = a.Step(ain);
+    const auto y = b.Step(bin);
+    EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float))) << "batch of one, step " << step;
+  }
 }
 
 TEST_P(CudaBackendTest, BadInputsAreRejectedWithoutSideEffects) {
