@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/device_handoff.h"
 #include "engine/precision.h"
 #include "engine/sequence_state.h"
 #include "engine/weights.h"
@@ -48,6 +49,29 @@ class LayerBackend {
 
   virtual const ModelWeights& weights() const = 0;
   virtual Precision precision() const = 0;
+
+  // ---- Device hand-off between GPU stages (engine/device_handoff.h); the defaults mean "none".
+
+  // True when ForwardToDevice and the peer-link calls work.
+  virtual bool device_handoff() const { return false; }
+  // What identifies the device across processes on one host (a PCI bus id): two stages on one device
+  // cannot share a link (NCCL refuses two ranks on one GPU).
+  virtual std::string device_uid() const { return ""; }
+  // Forward whose input rows are `host_in` (host memory) or, when that is null, `device_in`, leaving the
+  // output rows in this backend's device memory. Same contract as Forward otherwise.
+  virtual absl::StatusOr<std::unique_ptr<DeviceRows>> ForwardToDevice(absl::Span<const SequenceSlice> slices,
+                                                                      const float* host_in,
+                                                                      std::unique_ptr<DeviceRows> device_in) {
+    return absl::UnimplementedError(device() + " keeps no hidden rows in device memory");
+  }
+  // A fresh link id (an NCCL unique id) for the sending stage to give the receiving one.
+  virtual absl::StatusOr<std::string> NewPeerLinkId() {
+    return absl::UnimplementedError(device() + " has no peer links");
+  }
+  // Joins link `id` as rank 0 (sender) or 1 (receiver); returns once both ends have joined.
+  virtual absl::StatusOr<std::unique_ptr<PeerLink>> JoinPeerLink(const std::string& id, int rank) {
+    return absl::UnimplementedError(device() + " has no peer links");
+  }
   int layer_begin() const { return weights().selection().layer_begin; }
   int layer_end() const { return weights().selection().layer_end; }
 };

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/device_handoff.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/layerpipe.grpc.pb.h"
 
@@ -23,6 +24,14 @@ class NextHop {
   // UNAVAILABLE or DEADLINE_EXCEEDED mean "not delivered, may be tried again"; the outbox retries
   // those. `ctx` carries the attempt's deadline and is TryCancel()ed when the outbox stops.
   virtual grpc::Status Send(grpc::ClientContext* ctx, const v1::StepFrame& frame) = 0;
+
+  // A frame whose activations are still `rows` in device memory (frame.hidden empty). The default
+  // copies them into frame.hidden (once: retries find them there) and calls Send; a device transport
+  // moves them itself.
+  virtual grpc::Status SendRows(grpc::ClientContext* ctx, v1::StepFrame& frame,
+                                const std::shared_ptr<const DeviceRows>& rows);
+  // Whether the stage should leave its output in device memory for this hop (see SendRows).
+  virtual bool WantsDeviceRows() const { return false; }
 
   // The outbox is stopping: a Send in progress on another thread returns CANCELLED soon, and so
   // does every later one. Only transports that TryCancel() on the context does not reach need it.

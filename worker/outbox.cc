@@ -26,13 +26,14 @@ void Outbox::SetEpoch(uint64_t epoch) {
 }
 
 void Outbox::Forward(std::shared_ptr<NextHop> next, std::shared_ptr<v1::StepSink::StubInterface> sink, int stage,
-                     v1::StepFrame frame) {
+                     v1::StepFrame frame, std::shared_ptr<const DeviceRows> rows) {
   Item item;
   item.epoch = frame.epoch();
   item.stage = stage;
   item.next = std::move(next);
   item.sink = std::move(sink);
   item.frame = std::move(frame);
+  item.rows = std::move(rows);
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return;
   queue_.push_back(std::move(item));
@@ -129,7 +130,9 @@ void Outbox::Send(Item& item) {
       sending_hop_ = item.next.get();
     }
     const grpc::Status st =
-        WithRetries(item.epoch, [&](grpc::ClientContext* ctx) { return item.next->Send(ctx, item.frame); });
+        WithRetries(item.epoch, [&](grpc::ClientContext* ctx) {
+          return item.rows ? item.next->SendRows(ctx, item.frame, item.rows) : item.next->Send(ctx, item.frame);
+        });
     {
       std::lock_guard<std::mutex> lock(mu_);
       sending_hop_ = nullptr;

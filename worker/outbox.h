@@ -37,9 +37,10 @@ class Outbox {
   void SetEpoch(uint64_t epoch);
 
   // Sends `frame` to the next stage. If it cannot be delivered, the coordinator gets a StepResult
-  // with the error, blamed on stage `stage` + 1 (the one that did not take it).
+  // with the error, blamed on stage `stage` + 1 (the one that did not take it). `rows`, when set, are
+  // the frame's activations still in device memory (NextHop::SendRows).
   void Forward(std::shared_ptr<NextHop> next, std::shared_ptr<v1::StepSink::StubInterface> sink, int stage,
-               v1::StepFrame frame);
+               v1::StepFrame frame, std::shared_ptr<const DeviceRows> rows = nullptr);
   // Sends a result (or a step's error) to the coordinator.
   void Report(std::shared_ptr<v1::StepSink::StubInterface> sink, v1::StepResult result);
 
@@ -58,6 +59,7 @@ class Outbox {
     std::shared_ptr<NextHop> next;  // set: a frame to forward
     std::shared_ptr<v1::StepSink::StubInterface> sink;
     v1::StepFrame frame;
+    std::shared_ptr<const DeviceRows> rows;  // the frame's activations, when still on the device
     v1::StepResult result;
   };
 

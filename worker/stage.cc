@@ -74,8 +74,9 @@ absl::Status Stage::CheckKvBudget(const v1::StepFrame& frame, const std::vector<
   return absl::OkStatus();
 }
 
-absl::Status Stage::Run(const v1::StepFrame& frame, std::vector<float> hidden, v1::StepFrame* forward,
-                        v1::StepResult* result) {
+absl::Status Stage::Run(const v1::StepFrame& frame, StageInput input, v1::StepFrame* forward,
+                        v1::StepResult* result, std::shared_ptr<const DeviceRows>* device_out) {
+  std::vector<float>& hidden = input.hidden;
   const int64_t H = weights_->config().hidden_size;
   std::vector<std::unique_ptr<Sequence>> fresh;
   std::vector<Sequence*> seqs;
@@ -93,11 +94,32 @@ absl::Status Stage::Run(const v1::StepFrame& frame, std::vector<float> hidden, v
   if (options_.first) {
     hidden.assign(static_cast<size_t>(rows * H), 0.0f);
     if (auto st = executor_->Embed(ids, hidden.data()); !st.ok()) return st;
+  } else if (input.device != nullptr) {
+    if (input.device->rows() != rows || input.device->width() != H) {
+      return absl::InvalidArgumentError(absl::StrCat("the linked activations are [", input.device->rows(), ", ",
+                                                     input.device->width(), "] but the slices need [", rows, ", ",
+                                                     H, "]"));
+    }
   } else if (static_cast<int64_t>(hidden.size()) != rows * H) {
     return absl::InvalidArgumentError(
         absl::StrCat("hidden holds ", hidden.size(), " values but the slices need ", rows * H));
   }
-  if (auto st = executor_->Forward(slices, hidden.data()); !st.ok()) return st;
+  // Activations stay in device memory when they came over a device link or go on over one; the last
+  // stage still needs them on the host for the head.
+  const bool leave_on_device = device_out != nullptr && !options_.last;
+  std::shared_ptr<const DeviceRows> on_device;
+  if (leave_on_device || input.device != nullptr) {
+    auto out = executor_->ForwardToDevice(slices, input.device ? nullptr : hidden.data(), std::move(input.device));
+    if (!out.ok()) return out.status();
+    on_device = std::move(*out);
+    if (!leave_on_device) {
+      hidden.resize(static_cast<size_t>(rows * H));
+      if (auto st = on_device->CopyToHost(hidden.data()); !st.ok()) return st;
+      on_device.reset();
+    }
+  } else if (auto st = executor_->Forward(slices, hidden.data()); !st.ok()) {
+    return st;
+  }
 
   // The layers ran: the step's sequences are now part of the stage.
   for (int i = 0; i < frame.slices_size(); ++i) {
@@ -123,7 +145,11 @@ absl::Status Stage::Run(const v1::StepFrame& frame, std::vector<float> hidden, v
   *forward->mutable_slices() = frame.slices();
   *forward->mutable_release() = frame.release();
   forward->set_hidden_dtype(wire_dtype());
-  EncodeHidden(hidden.data(), rows, H, wire_dtype(), forward->mutable_hidden());
+  if (on_device != nullptr) {
+    *device_out = std::move(on_device);  // the next hop sends them (NextHop::SendRows)
+  } else {
+    EncodeHidden(hidden.data(), rows, H, wire_dtype(), forward->mutable_hidden());
+  }
   return absl::OkStatus();
 }
 

@@ -19,6 +19,12 @@
 
 namespace layerpipe {
 
+// A step's activations into a stage: decoded from the frame, or rows a device link delivered.
+struct StageInput {
+  std::vector<float> hidden;
+  std::unique_ptr<DeviceRows> device;
+};
+
 struct StageOptions {
   int stage = 0;
   bool first = false;  // embeds the ids
@@ -42,12 +48,16 @@ class Stage {
   // What this stage sends downstream: always fp32 (see stage.cc). Receivers accept bf16 too.
   v1::HiddenDType wire_dtype() const;
 
-  // Runs a frame that passed CheckFrameContent; `hidden` is its decoded activations (ignored on the
-  // first stage). On success fills *forward (not last: the frame for the next stage) or *result (last).
-  // Refusals made before the layers run (unknown sequence, position mismatch, KV budget) leave every
-  // sequence as it was.
-  absl::Status Run(const v1::StepFrame& frame, std::vector<float> hidden, v1::StepFrame* forward,
-                   v1::StepResult* result);
+  // Runs a frame that passed CheckFrameContent; `input` is its activations (ignored on the first
+  // stage). On success fills *forward (not last: the frame for the next stage) or *result (last).
+  // With `device_out` (only for a backend with device_handoff()), a stage that is not the last leaves
+  // its output rows there instead of in forward->hidden. Refusals made before the layers run (unknown
+  // sequence, position mismatch, KV budget) leave every sequence as it was.
+  absl::Status Run(const v1::StepFrame& frame, StageInput input, v1::StepFrame* forward, v1::StepResult* result,
+                   std::shared_ptr<const DeviceRows>* device_out = nullptr);
+
+  // Shared with a device-link hop, which may still be sending when the stage is replaced.
+  const std::shared_ptr<LayerBackend>& backend() { return executor_; }
 
   // Frees the listed sequences; ids the stage does not hold are ignored.
   void Release(const google::protobuf::RepeatedField<uint64_t>& seq_ids);
@@ -80,7 +90,7 @@ class Stage {
 
   std::shared_ptr<const ModelWeights> weights_;
   StageOptions options_;
-  std::unique_ptr<LayerBackend> executor_;
+  std::shared_ptr<LayerBackend> executor_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
   int64_t kv_bytes_used_ = 0;
   int64_t kv_sliding_bytes_used_ = 0;

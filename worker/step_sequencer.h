@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/device_handoff.h"
 #include "proto/layerpipe.pb.h"
 
 namespace layerpipe {
@@ -16,6 +18,7 @@ namespace layerpipe {
 struct QueuedStep {
   v1::StepFrame frame;        // everything but `hidden`
   std::vector<float> hidden;  // decoded activations; empty into the first stage
+  std::unique_ptr<DeviceRows> device_hidden;  // instead of `hidden`: received over the peer link
   // Not OK: the frame was refused when it arrived (the sender got this error too). It still takes its
   // place in the order, as a step without slices that only releases, so later steps are not held
   // back forever.

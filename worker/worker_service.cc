@@ -1,8 +1,11 @@
 #include "worker/worker_service.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <exception>
 #include <new>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +14,7 @@
 #include "worker/byte_size.h"
 #include "worker/frame_check.h"
 #include "worker/hidden_codec.h"
+#include "worker/peer_link_hop.h"
 
 namespace layerpipe {
 namespace {
@@ -74,10 +78,25 @@ absl::Status CheckAssign(const v1::AssignRequest& r, const ModelConfig& config) 
   return absl::OkStatus();
 }
 
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
+  return name;
+}
+
+// Rows (tokens) of a frame as sent, whatever its content: a linked frame's rows arrive even when the
+// frame is then refused, and must be taken off the link all the same.
+int64_t SentRows(const v1::StepFrame& frame) {
+  int64_t rows = 0;
+  for (const v1::StepSlice& s : frame.slices()) rows += s.ids_size();
+  return rows;
+}
+
 }  // namespace
 
 WorkerService::WorkerService(const WorkerOptions& options)
     : options_(options),
+      host_name_(options.host_name.empty() ? HostName() : options.host_name),
       worker_kv_budget_(options.kv_budget_bytes > 0 ? options.kv_budget_bytes : DefaultKvBudgetBytes()),
       pool_(options.threads > 0 ? options.threads : DefaultThreadCount()),
       outbox_(options.outbox),
@@ -156,9 +175,14 @@ absl::Status WorkerService::DoAssign(const v1::AssignRequest& in, v1::AssignResp
       if (!hop.ok()) return hop.status();
       a->next = std::move(*hop);
     }
-    if (!a->next) {
-      a->next = std::make_shared<GrpcNextHop>(
-          v1::Worker::NewStub(MakeChannel(request.next_address(), options_.channel_credentials)));
+    std::shared_ptr<v1::Worker::StubInterface> next_worker =
+        v1::Worker::NewStub(MakeChannel(request.next_address(), options_.channel_credentials));
+    if (!a->next) a->next = std::make_shared<GrpcNextHop>(next_worker);
+    // A GPU stage offers the next one a device link for the activations; the inner hop keeps carrying
+    // the frames' metadata.
+    if (a->stage->backend()->device_handoff()) {
+      a->next = std::make_shared<PeerLinkHop>(a->next, next_worker, a->stage->backend(),
+                                              PeerLinkHopOptions{request.epoch(), request.stage(), host_name_});
     }
   }
   a->sink = v1::StepSink::NewStub(MakeChannel(request.coordinator_address(), options_.channel_credentials));
@@ -219,6 +243,88 @@ grpc::Status WorkerService::Step(grpc::ServerContext*, const v1::StepFrame* requ
   return ToGrpc(TakeFrame(*request));
 }
 
+grpc::Status WorkerService::OpenPeerLink(grpc::ServerContext*, const v1::PeerLinkRequest* request,
+                                         v1::PeerLinkReply* response) {
+  auto reply = DoOpenPeerLink(*request);
+  if (!reply.ok()) return ToGrpc(reply.status());
+  *response = std::move(*reply);
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<v1::PeerLinkReply> WorkerService::DoOpenPeerLink(const v1::PeerLinkRequest& request) {
+  std::shared_ptr<Assignment> a;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return absl::UnavailableError("the worker is shutting down");
+    if (!assignment_) return absl::FailedPreconditionError("the worker has no layer range assigned yet");
+    if (request.epoch() != assignment_->epoch) {
+      return absl::FailedPreconditionError(absl::StrCat("a link for epoch ", request.epoch(),
+                                                        " but the worker serves epoch ", assignment_->epoch));
+    }
+    a = assignment_;
+  }
+  const int stage = a->request.stage();
+  if (request.from_stage() != stage - 1) {
+    return absl::InvalidArgumentError(absl::StrCat("stage ", request.from_stage(), " offered a link to stage ",
+                                                   stage, ", which only takes one from stage ", stage - 1));
+  }
+  v1::PeerLinkReply reply;
+  const std::shared_ptr<LayerBackend>& backend = a->stage->backend();
+  if (!backend->device_handoff()) {
+    reply.set_reason(absl::StrCat("stage ", stage, " runs on ", backend->device(), ", not a GPU"));
+    return reply;
+  }
+  if (request.host() == host_name_ && request.device_uid() == backend->device_uid()) {
+    reply.set_reason(absl::StrCat("stages ", stage - 1, " and ", stage, " share GPU ", backend->device_uid(), " on ",
+                                  host_name_, " (a device link needs two devices)"));
+    return reply;
+  }
+  std::lock_guard<std::mutex> lock(a->link_mu);
+  if (a->inbound.has_value()) {
+    return absl::AlreadyExistsError(absl::StrCat("stage ", stage, " already has a link for epoch ", a->epoch));
+  }
+  // Joining waits for the sender, who joins once it has this reply: in the background. The thread
+  // holds the assignment so the backend stays alive however long the join takes.
+  auto joined = std::make_shared<std::promise<absl::StatusOr<std::shared_ptr<PeerLink>>>>();
+  a->inbound = joined->get_future().share();
+  std::thread([a, joined, id = request.link_id()] {
+    auto link = a->stage->backend()->JoinPeerLink(id, /*rank=*/1);
+    if (link.ok()) {
+      joined->set_value(std::shared_ptr<PeerLink>(std::move(*link)));
+    } else {
+      joined->set_value(link.status());
+    }
+  }).detach();
+  reply.set_accepted(true);
+  return reply;
+}
+
+absl::Status WorkerService::ReceiveLinked(Assignment& a, const v1::StepFrame& frame) {
+  const uint64_t id = frame.step_id();
+  std::lock_guard<std::mutex> lock(a.link_mu);
+  if (id <= a.last_linked_step) return absl::OkStatus();  // a resend: its rows came with the first copy
+  if (!a.inbound.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("step ", id, " says its activations are on a device link, but none was opened"));
+  }
+  const absl::StatusOr<std::shared_ptr<PeerLink>>& link = a.inbound->get();  // waits for the join
+  if (!link.ok()) return link.status();
+  auto rows = (*link)->Receive(SentRows(frame), a.stage->shape().hidden_size);
+  if (!rows.ok()) return rows.status();
+  a.last_linked_step = id;
+  a.linked_rows[id] = std::move(*rows);
+  return absl::OkStatus();
+}
+
+std::unique_ptr<DeviceRows> WorkerService::TakeLinked(Assignment& a, uint64_t step_id) {
+  std::lock_guard<std::mutex> lock(a.link_mu);
+  auto it = a.linked_rows.find(step_id);
+  if (it == a.linked_rows.end()) return nullptr;
+  std::unique_ptr<DeviceRows> rows = std::move(it->second);
+  a.linked_rows.erase(it);
+  return rows;
+}
+
 absl::Status WorkerService::TakeFrame(const v1::StepFrame& frame) {
   const absl::Status st = AcceptStep(frame);
   if (!st.ok()) metrics_.OnRejected(st.code());
@@ -232,13 +338,24 @@ absl::Status WorkerService::AcceptStep(const v1::StepFrame& frame) {
                                                       " but the worker serves epoch ", serving));
   };
   std::shared_ptr<Assignment> a;
+  absl::Status order;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return absl::UnavailableError("the worker is shutting down");
     if (!assignment_) return absl::FailedPreconditionError("the worker has no layer range assigned yet");
     if (frame.epoch() != assignment_->epoch) return stale(assignment_->epoch);
-    if (auto st = sequencer_.Check(id); !st.ok()) return st;
+    order = sequencer_.Check(id);
     a = assignment_;
+  }
+  if (frame.hidden_on_link()) {
+    if (auto st = ReceiveLinked(*a, frame); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("stage ", a->stage->options().stage, " could not receive step ",
+                                                  id, " over its device link: ", st.message()));
+    }
+  }
+  if (!order.ok()) {
+    if (order.code() != absl::StatusCode::kAlreadyExists) TakeLinked(*a, id);  // refused for good: drop its rows
+    return order;
   }
 
   // Checked and decoded outside the lock: frames can be large.
@@ -249,7 +366,12 @@ absl::Status WorkerService::AcceptStep(const v1::StepFrame& frame) {
   *step.frame.mutable_release() = frame.release();
   int64_t rows = 0;
   absl::Status content = CheckFrameContent(frame, a->stage->shape(), &rows);
-  if (content.ok() && !a->stage->options().first) {
+  if (content.ok() && !a->stage->options().first && frame.hidden_on_link()) {
+    step.device_hidden = TakeLinked(*a, id);
+    if (step.device_hidden == nullptr) {
+      content = absl::FailedPreconditionError(absl::StrCat("the activations of step ", id, " were already taken"));
+    }
+  } else if (content.ok() && !a->stage->options().first) {
     auto hidden = DecodeHidden(frame.hidden_dtype(), frame.hidden(), rows, a->stage->shape().hidden_size);
     if (hidden.ok()) {
       step.hidden = std::move(*hidden);
@@ -263,6 +385,8 @@ absl::Status WorkerService::AcceptStep(const v1::StepFrame& frame) {
     step.refusal = content;
     step.frame.clear_slices();
     step.hidden.clear();
+    step.device_hidden.reset();
+    if (frame.hidden_on_link()) TakeLinked(*a, id);
   }
 
   {
@@ -343,12 +467,15 @@ void WorkerService::RunStep(Assignment& a, QueuedStep step) {
   const v1::StepFrame& frame = step.frame;
   v1::StepFrame forward;
   v1::StepResult result;
+  std::shared_ptr<const DeviceRows> device_rows;  // the output, when the next hop takes device rows
   absl::Status st = step.refusal;
   const bool refused = !st.ok();
   if (!refused) {
     // A step must never take the worker down: an allocation that fails ends this step only.
     try {
-      st = stage.Run(frame, std::move(step.hidden), &forward, &result);
+      StageInput input{std::move(step.hidden), std::move(step.device_hidden)};
+      st = stage.Run(frame, std::move(input), &forward, &result,
+                     !so.last && a.next->WantsDeviceRows() ? &device_rows : nullptr);
     } catch (const std::bad_alloc&) {
       st = absl::ResourceExhaustedError("out of memory while running the step");
     } catch (const std::exception& e) {
@@ -378,8 +505,9 @@ void WorkerService::RunStep(Assignment& a, QueuedStep step) {
       forward.set_step_id(frame.step_id());
       *forward.mutable_release() = frame.release();
       forward.set_hidden_dtype(stage.wire_dtype());
+      device_rows.reset();
     }
-    outbox_.Forward(a.next, a.sink, so.stage, std::move(forward));
+    outbox_.Forward(a.next, a.sink, so.stage, std::move(forward), std::move(device_rows));
   } else if (st.ok()) {
     outbox_.Report(a.sink, std::move(result));
   }

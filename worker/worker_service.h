@@ -23,6 +23,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -59,6 +61,9 @@ struct WorkerOptions {
   // Picks the hop to the next stage per assignment (e.g. MPI between ranks of one job); unset, or
   // returning null: gRPC to the assignment's next_address.
   NextHopFactory next_hop;
+  // This worker's host name, offered with its device when it links to the next stage (two stages on
+  // one GPU cannot link). Empty: gethostname().
+  std::string host_name;
   // Mutual TLS: the server's credentials (demanding a client certificate) and the channels' to the next
   // stage and the coordinator (presenting the same certificate). Null: plaintext.
   std::shared_ptr<grpc::ServerCredentials> server_credentials;
@@ -75,6 +80,8 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status Status(grpc::ServerContext* ctx, const v1::WorkerStatusRequest* request,
                       v1::WorkerStatus* response) override;
   grpc::Status Step(grpc::ServerContext* ctx, const v1::StepFrame* request, v1::StepAck* response) override;
+  grpc::Status OpenPeerLink(grpc::ServerContext* ctx, const v1::PeerLinkRequest* request,
+                            v1::PeerLinkReply* response) override;
 
   // What Step does, for frames that arrive over another transport than gRPC: checks and queues
   // `frame` and returns the verdict the sender's outbox acts on.
@@ -100,18 +107,32 @@ class WorkerService final : public v1::Worker::Service {
     std::unique_ptr<Stage> stage;
     std::shared_ptr<NextHop> next;
     std::shared_ptr<v1::StepSink::StubInterface> sink;
+    // The device link from the previous stage, once it offered one (OpenPeerLink): ready when both
+    // ends have joined. Rows arrive once per step_id, at the first sight of its frame; a frame that
+    // is refused or resent later still finds its rows in `linked_rows`.
+    std::mutex link_mu;
+    std::optional<std::shared_future<absl::StatusOr<std::shared_ptr<PeerLink>>>> inbound;
+    uint64_t last_linked_step = 0;
+    std::map<uint64_t, std::unique_ptr<DeviceRows>> linked_rows;
   };
 
   absl::StatusOr<std::shared_ptr<const ModelWeights>> WeightsFor(const v1::AssignRequest& request,
                                                                  const ModelConfig& config);
   absl::Status DoAssign(const v1::AssignRequest& request, v1::AssignResponse* response);
   absl::Status AcceptStep(const v1::StepFrame& frame);
+  // Takes a hidden_on_link frame's rows off the inbound link the first time its step shows up (the link
+  // pairs sends and receives in order, so even a frame refused later must be received), keeping them
+  // for TakeLinked; null from TakeLinked when there are none.
+  absl::Status ReceiveLinked(Assignment& a, const v1::StepFrame& frame);
+  std::unique_ptr<DeviceRows> TakeLinked(Assignment& a, uint64_t step_id);
+  absl::StatusOr<v1::PeerLinkReply> DoOpenPeerLink(const v1::PeerLinkRequest& request);
   void ComputeLoop();
   void RecordStep(const Assignment& a, std::chrono::steady_clock::time_point start);
   void RunStep(Assignment& a, QueuedStep step);
   WorkerMetrics::Levels MetricsLevels();
 
   const WorkerOptions options_;
+  const std::string host_name_;
   const int64_t worker_kv_budget_;
   ThreadPool pool_;
   Outbox outbox_;
