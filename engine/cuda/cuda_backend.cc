@@ -1,7 +1,8 @@
 // The CUDA LayerBackend: the CPU executor's forward pass (engine/layer_executor.cc) with the same
-// precision semantics, on one device and one stream. A step uploads the hidden rows and a metadata
-// buffer (slices, tiles, rotary tables, cache block pointers), runs every layer, and downloads the
-// hidden rows; decode steps replay a captured CUDA graph.
+// precision semantics, on one device and one stream (plus a second that hands rows out). A step
+// uploads the hidden rows (or copies them from device rows) and a metadata buffer (slices, tiles,
+// rotary tables, cache block pointers), runs every layer, and downloads the hidden rows (or copies
+// them into new device rows); decode steps replay a captured CUDA graph.
 #include "engine/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -19,10 +20,13 @@
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/decode_graphs.h"
 #include "engine/cuda/device_kv.h"
+#include "engine/cuda/device_rows.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/nccl_link.h"
 #include "engine/cuda/step_plan.h"
+#include "engine/cuda/stream.h"
 
 namespace layerpipe {
 namespace cuda {
@@ -70,6 +74,14 @@ class PinnedBuffer {
   size_t bytes_ = 0;
 };
 
+// Where a step's hidden rows come from (one of the inputs) and go to (one of the outputs).
+struct StepIo {
+  const float* host_in = nullptr;
+  const CudaDeviceRows* device_in = nullptr;
+  float* host_out = nullptr;
+  std::unique_ptr<CudaDeviceRows>* device_out = nullptr;
+};
+
 template <typename T>
 void Put(uint8_t* base, size_t offset, const std::vector<T>& v) {
   if (!v.empty()) std::memcpy(base + offset, v.data(), v.size() * sizeof(T));
@@ -79,10 +91,11 @@ class CudaBackend final : public LayerBackend {
  public:
   CudaBackend(const ModelWeights& w, Precision precision, int device)
       : w_(w), cfg_(w.config()), precision_(precision), device_(device) {}
+  // The streams themselves live on while device rows this backend made still free into them.
   ~CudaBackend() override {
     cudaSetDevice(device_);
     graphs_.Clear();
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (layers_done_ != nullptr) cudaEventDestroy(layers_done_);
   }
 
   absl::Status Init();
@@ -95,11 +108,25 @@ class CudaBackend final : public LayerBackend {
   const ModelWeights& weights() const override { return w_; }
   Precision precision() const override { return precision_; }
 
+  bool device_handoff() const override { return rows_pool_; }
+  std::string device_uid() const override { return pci_bus_id_; }
+  absl::StatusOr<std::unique_ptr<DeviceRows>> ForwardToDevice(absl::Span<const SequenceSlice> slices,
+                                                              const float* host_in,
+                                                              std::unique_ptr<DeviceRows> device_in) override;
+  absl::StatusOr<std::string> NewPeerLinkId() override;
+  absl::StatusOr<std::unique_ptr<PeerLink>> JoinPeerLink(const std::string& id, int rank) override;
+
  private:
   bool act_bf16() const { return precision_ == Precision::kBf16; }
   size_t act_bytes() const { return act_bf16() ? 2 : 4; }
   int num_local() const { return layer_end() - layer_begin(); }
   absl::Status Validate(absl::Span<const SequenceSlice> slices) const;
+  absl::Status ValidateDeviceIn(const CudaDeviceRows& in, absl::Span<const SequenceSlice> slices) const;
+  absl::Status HandoffAvailable() const;
+  // Forward and ForwardToDevice: the same step, with the rows in and out where `io` says.
+  absl::Status Step(absl::Span<const SequenceSlice> slices, const StepIo& io);
+  // Copies the step's `rows` hidden rows into new device rows on the hand-off stream.
+  absl::Status CopyOut(int64_t rows, std::unique_ptr<CudaDeviceRows>* out);
   HostStep Plan(absl::Span<const SequenceSlice> slices) const;
   absl::Status EnsureScratch(const StepShape& shape);
   absl::Status RunLayers(const StepShape& shape);
@@ -111,7 +138,14 @@ class CudaBackend final : public LayerBackend {
   int device_;
   int sm_count_ = 0;
   bool use_graphs_ = true;
-  cudaStream_t stream_ = nullptr;
+  bool rows_pool_ = false;  // the device has stream-ordered pools, which device rows come from
+  std::string pci_bus_id_;
+  std::shared_ptr<Stream> stream_owner_;
+  cudaStream_t stream_ = nullptr;  // stream_owner_'s: every step's work, and the decode graph captures
+  // Where output device rows are made and freed. Never captured: rows may be let go on any thread at
+  // any time, and a free enqueued on a stream under capture would become part of the graph.
+  std::shared_ptr<Stream> handoff_;
+  cudaEvent_t layers_done_ = nullptr;  // a step's layers, for the hand-off stream to wait on
   std::unique_ptr<DeviceWeights> dw_;
   std::unique_ptr<Gemm> gemm_;
   DecodeGraphs graphs_;
@@ -132,7 +166,20 @@ class CudaBackend final : public LayerBackend {
 absl::Status CudaBackend::Init() {
   LP_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   LP_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
-  LP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  absl::StatusOr<std::shared_ptr<Stream>> stream = Stream::Create(device_);
+  if (!stream.ok()) return stream.status();
+  stream_owner_ = *std::move(stream);
+  stream_ = stream_owner_->get();
+  stream = Stream::Create(device_);
+  if (!stream.ok()) return stream.status();
+  handoff_ = *std::move(stream);
+  LP_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&layers_done_, cudaEventDisableTiming));
+  char bus_id[64] = {};
+  LP_CUDA_RETURN_IF_ERROR(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_));
+  pci_bus_id_ = bus_id;
+  absl::StatusOr<bool> pool = CudaDeviceRows::PreparePool(device_);
+  if (!pool.ok()) return pool.status();
+  rows_pool_ = *pool;
   if (const char* env = std::getenv("LAYERPIPE_CUDA_GRAPHS"); env != nullptr && std::string(env) == "0") {
     use_graphs_ = false;
   }
@@ -273,9 +320,77 @@ absl::Status CudaBackend::EnsureScratch(const StepShape& shape) {
   return st;
 }
 
+absl::Status CudaBackend::ValidateDeviceIn(const CudaDeviceRows& in, absl::Span<const SequenceSlice> slices) const {
+  int64_t rows = 0;
+  for (const SequenceSlice& s : slices) rows += s.n;
+  if (in.device() != device_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input rows live on cuda:", in.device(), ", this backend runs on cuda:", device_));
+  }
+  if (in.rows() != rows || in.width() != cfg_.hidden_size) {
+    return absl::InvalidArgumentError(absl::StrCat("input rows are [", in.rows(), ", ", in.width(), "]; the step needs [",
+                                                   rows, ", ", cfg_.hidden_size, "]"));
+  }
+  return in.Filled();
+}
+
+absl::Status CudaBackend::HandoffAvailable() const {
+  if (rows_pool_) return absl::OkStatus();
+  return absl::UnimplementedError(
+      absl::StrCat(device(), " has no stream-ordered memory pools, which device hand-off needs"));
+}
+
 absl::Status CudaBackend::Forward(absl::Span<const SequenceSlice> slices, float* hidden) {
+  StepIo io;
+  io.host_in = hidden;
+  io.host_out = hidden;
+  return Step(slices, io);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceRows>> CudaBackend::ForwardToDevice(absl::Span<const SequenceSlice> slices,
+                                                                         const float* host_in,
+                                                                         std::unique_ptr<DeviceRows> device_in) {
+  LP_RETURN_IF_ERROR(HandoffAvailable());
+  if ((host_in == nullptr) == (device_in == nullptr)) {
+    return absl::InvalidArgumentError("a step to device takes its rows from the host or from the device, one of them");
+  }
+  StepIo io;
+  io.host_in = host_in;
+  if (device_in != nullptr) {
+    io.device_in = dynamic_cast<const CudaDeviceRows*>(device_in.get());
+    if (io.device_in == nullptr) {
+      return absl::InvalidArgumentError("input device rows were not made by the CUDA plugin");
+    }
+  }
+  std::unique_ptr<CudaDeviceRows> out;
+  io.device_out = &out;
+  // device_in goes only after Step, which has drained the stream that read it.
+  LP_RETURN_IF_ERROR(Step(slices, io));
+  return std::unique_ptr<DeviceRows>(std::move(out));
+}
+
+absl::StatusOr<std::string> CudaBackend::NewPeerLinkId() {
+  LP_RETURN_IF_ERROR(HandoffAvailable());
+  return NewNcclLinkId();
+}
+
+absl::StatusOr<std::unique_ptr<PeerLink>> CudaBackend::JoinPeerLink(const std::string& id, int rank) {
+  LP_RETURN_IF_ERROR(HandoffAvailable());
+  return JoinNcclLink(device_, id, rank);
+}
+
+absl::Status CudaBackend::Step(absl::Span<const SequenceSlice> slices, const StepIo& io) {
   LP_RETURN_IF_ERROR(Validate(slices));
-  if (slices.empty()) return absl::OkStatus();
+  if (io.device_in != nullptr) LP_RETURN_IF_ERROR(ValidateDeviceIn(*io.device_in, slices));
+  const int64_t H = cfg_.hidden_size;
+  if (slices.empty()) {
+    if (io.device_out == nullptr) return absl::OkStatus();
+    absl::StatusOr<std::unique_ptr<CudaDeviceRows>> none = CudaDeviceRows::Allocate(handoff_, 0, H);
+    if (!none.ok()) return none.status();
+    LP_RETURN_IF_ERROR((*none)->MarkReady());
+    *io.device_out = *std::move(none);
+    return absl::OkStatus();
+  }
   LP_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   for (const SequenceSlice& s : slices) {
     auto* kv = static_cast<DeviceSequenceKv*>(s.kv);
@@ -295,25 +410,60 @@ absl::Status CudaBackend::Forward(absl::Span<const SequenceSlice> slices, float*
   Put(mh, lay.cs_sliding, st.cs_sliding);
   Put(mh, lay.cs_full, st.cs_full);
   Put(mh, lay.ptrs, st.ptrs);
-  const int64_t H = cfg_.hidden_size;
+  const size_t hidden_bytes = shape.rows * H * sizeof(float);
   LP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.get(), mh, lay.total, cudaMemcpyHostToDevice, stream_));
-  LP_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(h_.get(), hidden, shape.rows * H * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  // From here on the stream may hold work that reads the inputs: every path drains it below.
+  absl::Status run;
+  if (io.host_in != nullptr) {
+    run = CudaStatus(cudaMemcpyAsync(h_.get(), io.host_in, hidden_bytes, cudaMemcpyHostToDevice, stream_),
+                     "upload hidden");
+  } else {
+    run = CudaStatus(cudaStreamWaitEvent(stream_, io.device_in->ready(), 0), "wait for input rows");
+    if (run.ok()) {
+      run = CudaStatus(
+          cudaMemcpyAsync(h_.get(), io.device_in->data(), hidden_bytes, cudaMemcpyDeviceToDevice, stream_),
+          "copy input rows");
+    }
+  }
 
   bool decode = true;
   for (const SequenceSlice& s : slices) decode = decode && s.n == 1;
-  absl::Status run = decode && use_graphs_
-                         ? graphs_.Run(shape.num_slices, stream_, [&] { return RunLayers(shape); })
-                         : RunLayers(shape);
   if (run.ok()) {
-    run = CudaStatus(cudaMemcpyAsync(hidden, h_.get(), shape.rows * H * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+    run = decode && use_graphs_ ? graphs_.Run(shape.num_slices, stream_, [&] { return RunLayers(shape); })
+                                : RunLayers(shape);
+  }
+  if (run.ok() && io.host_out != nullptr) {
+    run = CudaStatus(cudaMemcpyAsync(io.host_out, h_.get(), hidden_bytes, cudaMemcpyDeviceToHost, stream_),
                      "download hidden");
   }
-  // Always drain the stream: the pinned metadata is rewritten by the next step.
-  const absl::Status synced = CudaStatus(cudaStreamSynchronize(stream_), "step");
+  std::unique_ptr<CudaDeviceRows> out;
+  if (run.ok() && io.device_out != nullptr) run = CopyOut(shape.rows, &out);
+  // Always drain the streams: the pinned metadata is rewritten by the next step, the next step's
+  // layers overwrite what the hand-off copy reads, and the input rows may be freed once this returns.
+  absl::Status synced = CudaStatus(cudaStreamSynchronize(stream_), "step");
+  if (io.device_out != nullptr) {
+    const absl::Status copied = CudaStatus(cudaStreamSynchronize(handoff_->get()), "step hand-off");
+    if (synced.ok()) synced = copied;
+  }
   LP_RETURN_IF_ERROR(run);
   LP_RETURN_IF_ERROR(synced);
+  // Rows whose link went away before they arrived have completed without being written.
+  if (io.device_in != nullptr) LP_RETURN_IF_ERROR(io.device_in->Filled());
   for (const SequenceSlice& s : slices) s.kv->Advance(s.n);
+  if (io.device_out != nullptr) *io.device_out = std::move(out);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CopyOut(int64_t rows, std::unique_ptr<CudaDeviceRows>* out) {
+  const cudaStream_t handoff = handoff_->get();
+  LP_CUDA_RETURN_IF_ERROR(cudaEventRecord(layers_done_, stream_));
+  LP_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(handoff, layers_done_, 0));
+  absl::StatusOr<std::unique_ptr<CudaDeviceRows>> r = CudaDeviceRows::Allocate(handoff_, rows, cfg_.hidden_size);
+  if (!r.ok()) return r.status();
+  LP_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync((*r)->data(), h_.get(), (*r)->bytes(), cudaMemcpyDeviceToDevice, handoff));
+  LP_RETURN_IF_ERROR((*r)->MarkReady());
+  *out = *std::move(r);
   return absl::OkStatus();
 }
 

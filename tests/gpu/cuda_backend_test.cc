@@ -1,7 +1,9 @@
 // The CUDA backend against the CPU executor on small generated checkpoints, in both precisions:
 // prefill in chunks with a window shorter than the prompt, batched decode at different positions, a
 // context that crosses cache pages and uses split-K decode, layer-range splits, decode graphs, KV
-// byte accounting and input errors. Needs a CUDA device (label "gpu").
+// byte accounting, input errors, and the device hand-off (steps that leave their rows in device memory,
+// and the NCCL link between stages on two GPUs). Needs a CUDA device (label "gpu").
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "engine/cuda/cuda_backend.h"
 #include "engine/kv_cache.h"
@@ -19,16 +22,28 @@ namespace layerpipe {
 namespace {
 
 // Both backends accumulate every matmul and reduction in fp32 (CPU: fixed SIMD order, GPU: cuBLASLt
-// and warp order), so in fp32 mode they differ by rounding only: about 1e-6 relative per operation,
-// a few 1e-5 on logits after five layers. In bf16 mode a different accumulation order can flip the
-// rounding of an activation to bf16 (2^-8 relative), and each backend is within ~0.03 of the float64
-// oracle, so they can be up to twice that apart.
-double Tolerance(Precision p) { return p == Precision::kFp32 ? 2e-4 : 0.06; }
+// and warp order), so in fp32 mode they differ by rounding only: a float64 emulation of two engines
+// whose values differ by 3e-7 relative before every rounding puts their logits of these checkpoints
+// up to 3e-5 apart (600 tokens), well inside 2e-4.
+// In bf16 mode a different accumulation order flips the bf16 rounding of some activations, and from
+// the first flip on the two engines drift apart like any two correct bf16 engines: the same
+// emulation (bf16 at the engines' rounding points: matmul inputs, K and V) gives max |Δ| up to 0.13
+// and a median up to 0.01 over a 600-token prompt, whatever the size of the order difference
+// (1e-7..1e-6). Bounds at twice to three times that still sit far below what real bugs cost
+// (1 to 20, MODEL.md §5); the median keeps the check sharp where the max must allow outliers.
+double MaxTolerance(Precision p) { return p == Precision::kFp32 ? 2e-4 : 0.25; }
+double MedianTolerance(Precision p) { return p == Precision::kFp32 ? 2e-4 : 0.03; }
 
-double MaxAbsDiff(const float* a, const float* b, size_t n) {
-  double m = 0;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, std::abs(double(a[i]) - double(b[i])));
-  return m;
+// The GPU's logits against the CPU's, held to the precision's max and median bounds.
+::testing::AssertionResult Close(const float* got, const float* want, size_t n, Precision p) {
+  std::vector<double> d(n);
+  for (size_t i = 0; i < n; ++i) d[i] = std::abs(double(got[i]) - double(want[i]));
+  const double max = n == 0 ? 0.0 : *std::max_element(d.begin(), d.end());
+  std::nth_element(d.begin(), d.begin() + n / 2, d.end());
+  const double median = n == 0 ? 0.0 : d[n / 2];
+  if (max <= MaxTolerance(p) && median <= MedianTolerance(p)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "max |Δlogit| " << max << " (bound " << MaxTolerance(p) << "), median "
+                                       << median << " (bound " << MedianTolerance(p) << ")";
 }
 
 std::vector<int32_t> RandomIds(int n, int vocab, uint32_t seed) {
@@ -121,8 +136,8 @@ TEST_P(CudaBackendTest, ChunkedPrefillMatchesCpu) {
     for (int c : chunks) {
       std::vector<int32_t> part(ids.begin() + at, ids.begin() + at + c);
       const std::vector<float> got = Gpu().Step({{kv.get(), part}});
-      const double d = MaxAbsDiff(got.data(), want.data() + at * config_.vocab_size, got.size());
-      EXPECT_LE(d, Tolerance(GetParam())) << "chunk at " << at << " of " << chunks.size() << " chunks";
+      EXPECT_TRUE(Close(got.data(), want.data() + at * config_.vocab_size, got.size(), GetParam()))
+          << "chunk at " << at << " of " << chunks.size() << " chunks";
       at += c;
     }
     EXPECT_EQ(kv->length(), 23);
@@ -139,8 +154,7 @@ TEST_P(CudaBackendTest, BatchedDecodeAtDifferentPositionsMatchesCpu) {
     cin.push_back({ckv.back().get(), p});
     gin.push_back({gkv.back().get(), p});
   }
-  EXPECT_LE(MaxAbsDiff(Cpu().Step(cin).data(), Gpu().Step(gin).data(), 26 * config_.vocab_size),
-            Tolerance(GetParam()));
+  EXPECT_TRUE(Close(Gpu().Step(gin).data(), Cpu().Step(cin).data(), 26 * config_.vocab_size, GetParam()));
   std::mt19937 rng(11);
   for (int step = 0; step < 6; ++step) {
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -150,7 +164,7 @@ TEST_P(CudaBackendTest, BatchedDecodeAtDifferentPositionsMatchesCpu) {
     }
     const auto want = Cpu().Step(cin);
     const auto got = Gpu().Step(gin);
-    EXPECT_LE(MaxAbsDiff(got.data(), want.data(), want.size()), Tolerance(GetParam())) << "decode step " << step;
+    EXPECT_TRUE(Close(got.data(), want.data(), want.size(), GetParam())) << "decode step " << step;
   }
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(gkv[i]->length(), ckv[i]->length());
 }
@@ -164,12 +178,12 @@ TEST_P(CudaBackendTest, LongContextAcrossPagesAndSplitDecodeMatchesCpu) {
     std::vector<int32_t> part(ids.begin() + at, ids.begin() + std::min(ids.size(), at + 256));
     const auto want = Cpu().Step({{ckv.get(), part}});
     const auto got = Gpu().Step({{gkv.get(), part}});
-    EXPECT_LE(MaxAbsDiff(got.data(), want.data(), want.size()), Tolerance(GetParam())) << "chunk at " << at;
+    EXPECT_TRUE(Close(got.data(), want.data(), want.size(), GetParam())) << "chunk at " << at;
   }
   for (int32_t t : {7, 8, 9}) {
     const auto want = Cpu().Step({{ckv.get(), {t}}});
     const auto got = Gpu().Step({{gkv.get(), {t}}});
-    EXPECT_LE(MaxAbsDiff(got.data(), want.data(), want.size()), Tolerance(GetParam())) << "decode token " << t;
+    EXPECT_TRUE(Close(got.data(), want.data(), want.size(), GetParam())) << "decode token " << t;
   }
 }
 
@@ -199,13 +213,13 @@ TEST_P(CudaBackendTest, WideWindowSplitSlidingAttentionMatchesCpu) {
     std::vector<int32_t> part(ids.begin() + at, ids.begin() + at + n);
     const auto want = c.Step({{ckv.get(), part}});
     const auto got = g.Step({{gkv.get(), part}});
-    EXPECT_LE(MaxAbsDiff(got.data(), want.data(), want.size()), Tolerance(GetParam())) << "chunk at " << at;
+    EXPECT_TRUE(Close(got.data(), want.data(), want.size(), GetParam())) << "chunk at " << at;
     at += n;
   }
   for (int32_t t : {17, 18, 19, 20}) {  // direct, then captured, then replayed decode steps
     const auto want = c.Step({{ckv.get(), {t}}});
     const auto got = g.Step({{gkv.get(), {t}}});
-    EXPECT_LE(MaxAbsDiff(got.data(), want.data(), want.size()), Tolerance(GetParam())) << "decode token " << t;
+    EXPECT_TRUE(Close(got.data(), want.data(), want.size(), GetParam())) << "decode token " << t;
   }
 }
 
@@ -248,7 +262,9 @@ TEST_P(CudaBackendTest, LayerRangeStagesEqualTheWholeRange) {
     ASSERT_TRUE(w.ok()) << w.status();
     auto stage = MakeCudaBackend(**w, GetParam(), 0);
     ASSERT_TRUE(stage.ok()) << stage.status();
-    if (first) ASSERT_TRUE((*stage)->Embed(ids, h.data()).ok());
+    if (first) {
+      ASSERT_TRUE((*stage)->Embed(ids, h.data()).ok());
+    }
     auto skv = (*stage)->NewSequence();
     SequenceSlice slice{skv.get(), static_cast<int64_t>(ids.size())};
     ASSERT_TRUE((*stage)->Forward({&slice, 1}, h.data()).ok());
@@ -333,6 +349,324 @@ TEST_P(CudaBackendTest, BadInputsAreRejectedWithoutSideEffects) {
   std::vector<float> logits(config_.vocab_size);
   EXPECT_EQ((*mid)->Logits(h.data(), 1, logits.data()).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_FALSE(MakeCudaBackend(*weights_, GetParam(), CudaDeviceCount()).ok());
+}
+
+// ---- Device hand-off.
+
+std::vector<float> ToHost(const DeviceRows& rows) {
+  std::vector<float> h(rows.rows() * rows.width());
+  const absl::Status st = rows.CopyToHost(h.data());
+  EXPECT_TRUE(st.ok()) << st;
+  return h;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Rows that did not come from the CUDA plugin.
+class HostOnlyRows final : public DeviceRows {
+ public:
+  HostOnlyRows(int64_t rows, int64_t width) : rows_(rows), width_(width) {}
+  int64_t rows() const override { return rows_; }
+  int64_t width() const override { return width_; }
+  absl::Status CopyToHost(float* out) const override {
+    std::fill(out, out + rows_ * width_, 0.f);
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t rows_, width_;
+};
+
+// Slices of one step over `states`, with n[i] tokens each.
+std::vector<SequenceSlice> Slices(const std::vector<std::unique_ptr<SequenceState>>& states,
+                                  const std::vector<int64_t>& n) {
+  std::vector<SequenceSlice> out;
+  for (size_t i = 0; i < n.size(); ++i) out.push_back({states[i].get(), n[i]});
+  return out;
+}
+
+// The token counts of a run's steps: a batched prefill of two prompts, a second chunk, then batch-2
+// decode steps (the first runs directly, the second captures the graph, the rest replay it) and
+// batch-1 decode steps (another graph).
+std::vector<std::vector<int64_t>> HandoffSteps() {
+  std::vector<std::vector<int64_t>> steps = {{9, 14}, {5, 3}};
+  for (int i = 0; i < 5; ++i) steps.push_back({1, 1});
+  for (int i = 0; i < 4; ++i) steps.push_back({1});
+  return steps;
+}
+
+TEST_P(CudaBackendTest, DeviceUidAndHandoffAreReported) {
+  EXPECT_TRUE(gpu_->device_handoff());
+  const std::string uid = gpu_->device_uid();
+  EXPECT_FALSE(uid.empty());
+  EXPECT_NE(uid.find(':'), std::string::npos) << uid;  // a PCI bus id, domain:bus:device.function
+  auto again = MakeCudaBackend(*weights_, GetParam(), 0);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->device_uid(), uid);
+  EXPECT_FALSE(cpu_->device_handoff());
+  EXPECT_EQ(cpu_->ForwardToDevice({}, nullptr, nullptr).status().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST_P(CudaBackendTest, ForwardToDeviceEqualsForwardBitForBit) {
+  // Two stages [0, 2) and [2, L) run twice: with Forward through host memory, and with ForwardToDevice,
+  // the first stage from host rows, the second alternately from the first's device rows and from a
+  // host copy of them. Same kernels, same shapes, graphs included: the same bits everywhere.
+  const int k = 2;
+  auto w0 = ModelWeights::Load(*dir_, config_, {0, k, true, false});
+  ASSERT_TRUE(w0.ok()) << w0.status();
+  auto w1 = ModelWeights::Load(*dir_, config_, {k, config_.num_layers, false, true});
+  ASSERT_TRUE(w1.ok()) << w1.status();
+  std::vector<std::unique_ptr<LayerBackend>> host_stages, dev_stages;
+  for (auto* list : {&host_stages, &dev_stages}) {
+    for (const ModelWeights* w : {w0->get(), w1->get()}) {
+      auto b = MakeCudaBackend(*w, GetParam(), 0);
+      ASSERT_TRUE(b.ok()) << b.status();
+      list->push_back(std::move(*b));
+    }
+  }
+  std::vector<std::vector<std::unique_ptr<SequenceState>>> host_kv(2), dev_kv(2);
+  for (int st = 0; st < 2; ++st) {
+    for (int i = 0; i < 2; ++i) {
+      host_kv[st].push_back(host_stages[st]->NewSequence());
+      dev_kv[st].push_back(dev_stages[st]->NewSequence());
+    }
+  }
+  const int64_t H = config_.hidden_size;
+  std::mt19937 rng(17);
+  int step_no = 0;
+  for (const std::vector<int64_t>& n : HandoffSteps()) {
+    SCOPED_TRACE(::testing::Message() << "step " << step_no);
+    std::vector<int32_t> ids;
+    for (int64_t c : n) {
+      for (int64_t t = 0; t < c; ++t) ids.push_back(3 + static_cast<int32_t>(rng() % 290));
+    }
+    std::vector<float> h(ids.size() * H);
+    ASSERT_TRUE(host_stages[0]->Embed(ids, h.data()).ok());
+    const std::vector<float> embedded = h;
+
+    std::vector<float> mid;
+    for (int st = 0; st < 2; ++st) {
+      auto slices = Slices(host_kv[st], n);
+      ASSERT_TRUE(host_stages[st]->Forward(slices, h.data()).ok());
+      if (st == 0) mid = h;
+    }
+
+    auto first = dev_stages[0]->ForwardToDevice(Slices(dev_kv[0], n), embedded.data(), nullptr);
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_EQ((*first)->rows(), static_cast<int64_t>(ids.size()));
+    ASSERT_EQ((*first)->width(), H);
+    const std::vector<float> first_host = ToHost(**first);
+    EXPECT_TRUE(SameBits(first_host, mid));
+    const bool from_device = step_no % 2 == 0;
+    auto second = from_device ? dev_stages[1]->ForwardToDevice(Slices(dev_kv[1], n), nullptr, *std::move(first))
+                              : dev_stages[1]->ForwardToDevice(Slices(dev_kv[1], n), first_host.data(), nullptr);
+    ASSERT_TRUE(second.ok()) << second.status();
+    EXPECT_TRUE(SameBits(ToHost(**second), h)) << (from_device ? "device" : "host") << " input";
+    ++step_no;
+  }
+  for (int st = 0; st < 2; ++st) {
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(dev_kv[st][i]->length(), host_kv[st][i]->length());
+  }
+}
+
+TEST_P(CudaBackendTest, BadDeviceInputsAreRejectedWithoutSideEffects) {
+  const int64_t H = config_.hidden_size;
+  auto maker = gpu_->NewSequence();
+  std::vector<float> h(3 * H);
+  const std::vector<int32_t> ids = {2, 40, 41};
+  ASSERT_TRUE(gpu_->Embed(ids, h.data()).ok());
+  SequenceSlice three{maker.get(), 3};
+  auto rows3 = gpu_->ForwardToDevice({&three, 1}, h.data(), nullptr);
+  ASSERT_TRUE(rows3.ok()) << rows3.status();
+
+  auto kv = gpu_->NewSequence();
+  SequenceSlice two{kv.get(), 2};
+  // Three rows for a step of two.
+  EXPECT_EQ(gpu_->ForwardToDevice({&two, 1}, nullptr, *std::move(rows3)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Rows of another plugin or backend kind.
+  EXPECT_EQ(gpu_->ForwardToDevice({&two, 1}, nullptr, std::make_unique<HostOnlyRows>(2, H)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Neither input, and both.
+  EXPECT_EQ(gpu_->ForwardToDevice({&two, 1}, nullptr, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+  auto rows2 = gpu_->ForwardToDevice({&two, 1}, h.data(), nullptr);  // kv now holds 2 positions
+  ASSERT_TRUE(rows2.ok()) << rows2.status();
+  const size_t bytes_after_two = kv->bytes();
+  EXPECT_EQ(gpu_->ForwardToDevice({&two, 1}, h.data(), std::make_unique<HostOnlyRows>(2, H)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // Rows of the right count but another width: the output of a model with a wider hidden size.
+  RandomCheckpointOptions o = testing_util::SmallModel();
+  o.hidden = 128;
+  o.seed = 9;
+  static const std::string* wide_dir = new std::string(testing_util::MakeCheckpoint("cuda_hidden128", o));
+  auto wide_config = LoadModelConfig(*wide_dir);
+  ASSERT_TRUE(wide_config.ok()) << wide_config.status();
+  auto ww = ModelWeights::Load(*wide_dir, *wide_config, {0, 1, false, false});
+  ASSERT_TRUE(ww.ok()) << ww.status();
+  auto wide = MakeCudaBackend(**ww, GetParam(), 0);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  auto wide_kv = (*wide)->NewSequence();
+  SequenceSlice wide_two{wide_kv.get(), 2};
+  std::vector<float> wide_in(2 * o.hidden, 0.5f);
+  auto wide_rows = (*wide)->ForwardToDevice({&wide_two, 1}, wide_in.data(), nullptr);
+  ASSERT_TRUE(wide_rows.ok()) << wide_rows.status();
+  EXPECT_EQ((*wide_rows)->width(), o.hidden);
+  EXPECT_EQ(gpu_->ForwardToDevice({&two, 1}, nullptr, *std::move(wide_rows)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  EXPECT_EQ(kv->length(), 2);
+  EXPECT_EQ(kv->bytes(), bytes_after_two);
+  // The rejected calls left the sequence as it was: a good step still continues it.
+  SequenceSlice one{kv.get(), 1};
+  std::vector<float> h1(H);
+  const std::vector<int32_t> next = {42};
+  ASSERT_TRUE(gpu_->Embed(next, h1.data()).ok());
+  auto fine = gpu_->ForwardToDevice({&one, 1}, h1.data(), nullptr);
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_EQ(kv->length(), 3);
+}
+
+TEST_P(CudaBackendTest, EmptyStepToDeviceGivesEmptyRows) {
+  auto out = gpu_->ForwardToDevice({}, std::vector<float>(1).data(), nullptr);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)->rows(), 0);
+  EXPECT_EQ((*out)->width(), config_.hidden_size);
+  EXPECT_TRUE((*out)->CopyToHost(nullptr).ok());
+}
+
+TEST_P(CudaBackendTest, PeerLinkIdsAndBadJoins) {
+#ifdef LAYERPIPE_HAVE_NCCL
+  auto id = gpu_->NewPeerLinkId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_FALSE(id->empty());
+  auto other = gpu_->NewPeerLinkId();
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_NE(*id, *other);
+  EXPECT_EQ(gpu_->JoinPeerLink(id->substr(1), 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->JoinPeerLink(*id, 2).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->JoinPeerLink(*id, -1).status().code(), absl::StatusCode::kInvalidArgument);
+#else
+  const absl::Status st = gpu_->NewPeerLinkId().status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(std::string(st.message()).find("without NCCL"), std::string::npos) << st;
+#endif
+}
+
+TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
+#ifndef LAYERPIPE_HAVE_NCCL
+  GTEST_SKIP() << "the CUDA plugin was built without NCCL";
+#else
+  if (CudaDeviceCount() < 2) {
+    GTEST_SKIP() << "needs two CUDA devices (NCCL will not put both ends of a link on one GPU); "
+                 << CudaDeviceCount() << " visible";
+  }
+  int sm0 = 0, sm1 = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sm0, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sm1, cudaDevAttrMultiProcessorCount, 1), cudaSuccess);
+  if (sm0 != sm1) {
+    GTEST_SKIP() << "devices 0 and 1 differ (" << sm0 << " and " << sm1
+                 << " SMs), so their attention splits and bits may differ";
+  }
+  const int k = 2, L = config_.num_layers;
+  const int64_t H = config_.hidden_size;
+  auto w0 = ModelWeights::Load(*dir_, config_, {0, k, true, false});
+  auto w1 = ModelWeights::Load(*dir_, config_, {k, L, false, true});
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  auto s0 = MakeCudaBackend(**w0, GetParam(), 0);
+  auto s1 = MakeCudaBackend(**w1, GetParam(), 1);
+  ASSERT_TRUE(s0.ok()) << s0.status();
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  LayerBackend& first = **s0;
+  LayerBackend& second = **s1;
+  EXPECT_NE(first.device_uid(), second.device_uid());
+
+  auto id = first.NewPeerLinkId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::StatusOr<std::unique_ptr<PeerLink>> out_link = absl::UnknownError("not joined");
+  absl::StatusOr<std::unique_ptr<PeerLink>> in_link = absl::UnknownError("not joined");
+  {
+    std::thread a([&] { out_link = first.JoinPeerLink(*id, 0); });
+    std::thread b([&] { in_link = second.JoinPeerLink(*id, 1); });
+    a.join();
+    b.join();
+  }
+  ASSERT_TRUE(out_link.ok()) << out_link.status();
+  ASSERT_TRUE(in_link.ok()) << in_link.status();
+  EXPECT_EQ((*out_link)->transport(), "nccl");
+  EXPECT_EQ((*out_link)->Receive(1, H).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*in_link)->Send(nullptr).code(), absl::StatusCode::kFailedPrecondition);
+
+  // The whole range on device 0, through host memory: the expected rows of every step.
+  const std::vector<std::vector<int64_t>> steps = HandoffSteps();
+  std::vector<std::vector<float>> embedded, want;
+  {
+    std::vector<std::unique_ptr<SequenceState>> kv;
+    kv.push_back(gpu_->NewSequence());
+    kv.push_back(gpu_->NewSequence());
+    std::mt19937 rng(23);
+    for (const std::vector<int64_t>& n : steps) {
+      std::vector<int32_t> ids;
+      for (int64_t c : n) {
+        for (int64_t t = 0; t < c; ++t) ids.push_back(3 + static_cast<int32_t>(rng() % 290));
+      }
+      std::vector<float> h(ids.size() * H);
+      ASSERT_TRUE(first.Embed(ids, h.data()).ok());
+      embedded.push_back(h);
+      ASSERT_TRUE(gpu_->Forward(Slices(kv, n), h.data()).ok());
+      want.push_back(h);
+    }
+  }
+
+  // Each stage on its own thread, as in two worker processes: the link's first transfer connects the
+  // two ends, which needs both to be inside NCCL at once.
+  std::vector<std::vector<float>> got(steps.size());
+  absl::Status sent_ok, received_ok;
+  std::thread sender([&] {
+    std::vector<std::unique_ptr<SequenceState>> kv;
+    kv.push_back(first.NewSequence());
+    kv.push_back(first.NewSequence());
+    for (size_t i = 0; i < steps.size() && sent_ok.ok(); ++i) {
+      auto rows = first.ForwardToDevice(Slices(kv, steps[i]), embedded[i].data(), nullptr);
+      sent_ok = rows.status();
+      if (sent_ok.ok()) sent_ok = (*out_link)->Send(std::shared_ptr<const DeviceRows>(*std::move(rows)));
+    }
+  });
+  std::thread receiver([&] {
+    std::vector<std::unique_ptr<SequenceState>> kv;
+    kv.push_back(second.NewSequence());
+    kv.push_back(second.NewSequence());
+    for (size_t i = 0; i < steps.size() && received_ok.ok(); ++i) {
+      const int64_t rows = static_cast<int64_t>(embedded[i].size()) / H;
+      auto in = (*in_link)->Receive(rows, H);
+      received_ok = in.status();
+      if (!received_ok.ok()) break;
+      auto out = second.ForwardToDevice(Slices(kv, steps[i]), nullptr, *std::move(in));
+      received_ok = out.status();
+      if (received_ok.ok()) got[i] = ToHost(**out);
+    }
+  });
+  sender.join();
+  receiver.join();
+  ASSERT_TRUE(sent_ok.ok()) << sent_ok;
+  ASSERT_TRUE(received_ok.ok()) << received_ok;
+  for (size_t i = 0; i < steps.size(); ++i) EXPECT_TRUE(SameBits(got[i], want[i])) << "step " << i;
+
+  // A receive still pending when its link goes: the rows say they never arrived, and a step fed with
+  // them fails without advancing its sequence.
+  auto orphan = (*in_link)->Receive(1, H);
+  ASSERT_TRUE(orphan.ok()) << orphan.status();
+  in_link->reset();
+  std::vector<float> lost(H);
+  EXPECT_EQ((*orphan)->CopyToHost(lost.data()).code(), absl::StatusCode::kUnavailable);
+  auto kv = second.NewSequence();
+  SequenceSlice one{kv.get(), 1};
+  EXPECT_EQ(second.ForwardToDevice({&one, 1}, nullptr, *std::move(orphan)).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(kv->length(), 0);
+#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, CudaBackendTest, ::testing::Values(Precision::kFp32, Precision::kBf16),

@@ -3,7 +3,9 @@
 # ~8 minutes): builds with the CUDA backend, then
 #   1. the CUDA backend against the CPU backend (ctest -L gpu: gtest, both precisions);
 #   2. the CUDA backend against the float64 oracle (tests/oracle/check_engine.py --device cuda);
-#   3. a two-worker pipeline with both stages on the GPU, its greedy ids against the single-process engine;
+#   3. a two-worker pipeline with both stages on the GPU, its greedy ids against the single-process engine
+#      (one GPU: the stages share it, so activations go over gRPC; with two GPUs a second run on cuda:0 and
+#      cuda:1 must link them over NCCL);
 #   4. bench_cuda on a generated checkpoint of the full 12B shape (48 layers, bf16, 262,144 vocab).
 # Prints a summary line per part and exits non-zero if any check failed (benchmarks report figures only).
 #
@@ -76,9 +78,20 @@ pipe_ids=$(timeout 300 "$bin/layerpipe" cluster --model "$model" --workers 2 --d
 echo "cpu engine:     $cpu_ids"
 echo "cuda engine:    $local_ids"
 echo "cuda pipeline:  $pipe_ids"
-grep -iE "transport|nccl" "$work/cluster.log" | head -5
+grep -E "sends activations" "$work/cluster.log" | head -5
 [ -n "$pipe_ids" ] && [ "$pipe_ids" = "$local_ids" ] && [ "$local_ids" = "$cpu_ids" ]
 record "2-worker GPU pipeline == engine" $?
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "${gpus:-0}" -ge 2 ]; then
+  nccl_ids=$(timeout 300 "$bin/layerpipe" cluster --model "$model" --workers 2 --device cuda:0,cuda:1 --precision fp32 \
+             -- generate --ids $ids --max-new-tokens 24 --print-ids 2>"$work/cluster_nccl.log" | tail -1)
+  echo "nccl pipeline:  $nccl_ids"
+  grep -E "sends activations" "$work/cluster_nccl.log" | head -5
+  [ "$nccl_ids" = "$local_ids" ] && grep -q "over nccl" "$work/cluster_nccl.log"
+  record "2-GPU pipeline over NCCL == engine" $?
+else
+  echo "one GPU: the NCCL link needs two (NCCL refuses two ranks on one device); not run"
+fi
 
 if [ "$skip_bench" -eq 0 ]; then
   section "4. bench_cuda, full 12B shape"

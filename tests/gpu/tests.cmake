@@ -11,6 +11,10 @@ if(LAYERPIPE_HAVE_CUDA)
       LAYERPIPE_BIN_DIR="${CMAKE_BINARY_DIR}/bin"
       LAYERPIPE_TOKENIZER_PATH="${LAYERPIPE_TOKENIZER_JSON}")
   endforeach()
+  # The peer-link tests need to know whether the plugin has NCCL (engine/cuda/CMakeLists.txt).
+  if(LAYERPIPE_NCCL_INCLUDE_DIR AND LAYERPIPE_NCCL_LIBRARY)
+    target_compile_definitions(cuda_backend_test PRIVATE LAYERPIPE_HAVE_NCCL)
+  endif()
   gtest_discover_tests(cuda_backend_test DISCOVERY_TIMEOUT 60 PROPERTIES LABELS gpu)
   gtest_discover_tests(step_plan_test DISCOVERY_TIMEOUT 60)
 endif()
