@@ -33,6 +33,10 @@ class PeerLink {
   // Queues the receipt of the peer's next Send ([rows, width] fp32) and returns rows that become ready
   // when it lands.
   virtual absl::StatusOr<std::unique_ptr<DeviceRows>> Receive(int64_t rows, int64_t width) = 0;
+  // Ends the link now, from any thread: a receive still waiting for a peer that died lets go (its rows
+  // say they were lost), and every later call fails. A stage being replaced calls it so its compute
+  // thread is never left waiting on a transfer that cannot come.
+  virtual void Abort() = 0;
   // "nccl", for status and logs.
   virtual std::string transport() const = 0;
 };

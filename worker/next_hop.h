@@ -37,6 +37,10 @@ class NextHop {
   // does every later one. Only transports that TryCancel() on the context does not reach need it.
   virtual void Cancel() {}
 
+  // The assignment this hop served was replaced (or the worker stops): release what it holds that
+  // another process could be waiting on. Called from a control thread.
+  virtual void Retire() {}
+
   // Short name of the transport ("grpc", "mpi"), for WorkerStatus and logs.
   virtual std::string transport() const = 0;
 };

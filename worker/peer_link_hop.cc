@@ -21,6 +21,11 @@ std::string PeerLinkHop::transport() const {
   return state_ == State::kLinked && link_ ? link_->transport() : inner_->transport();
 }
 
+void PeerLinkHop::Retire() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (link_) link_->Abort();
+}
+
 grpc::Status PeerLinkHop::Send(grpc::ClientContext* ctx, const v1::StepFrame& frame) {
   // Frames without device rows (a failed step's empty hand-off, or after a decline) carry what they carry.
   return inner_->Send(ctx, frame);

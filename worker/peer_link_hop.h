@@ -32,6 +32,8 @@ class PeerLinkHop final : public NextHop {
                         const std::shared_ptr<const DeviceRows>& rows) override;
   bool WantsDeviceRows() const override;
   void Cancel() override { inner_->Cancel(); }
+  // Aborts the link, so the next stage's pending receive ends too.
+  void Retire() override;
   std::string transport() const override;
 
  private:

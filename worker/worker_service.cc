@@ -104,10 +104,20 @@ WorkerService::WorkerService(const WorkerOptions& options)
 
 WorkerService::~WorkerService() { Stop(); }
 
+void WorkerService::RetireLinks(Assignment& a) {
+  {
+    std::lock_guard<std::mutex> lock(a.retire_mu);
+    a.retired = true;
+    if (a.joined) a.joined->Abort();
+  }
+  if (a.next) a.next->Retire();
+}
+
 void WorkerService::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    if (assignment_) RetireLinks(*assignment_);
     cv_.notify_all();
   }
   {
@@ -191,7 +201,9 @@ absl::Status WorkerService::DoAssign(const v1::AssignRequest& in, v1::AssignResp
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (stopping_) return absl::UnavailableError("the worker is shutting down");
-    // The running step (of the old epoch) finishes first; no new one starts meanwhile.
+    // The running step (of the old epoch) finishes first; no new one starts meanwhile. It may be
+    // waiting for linked rows from a previous stage that is gone: the links go first.
+    if (assignment_) RetireLinks(*assignment_);
     assigning_ = true;
     cv_.wait(lock, [this] { return !busy_; });
     old = std::move(assignment_);
@@ -290,7 +302,13 @@ absl::StatusOr<v1::PeerLinkReply> WorkerService::DoOpenPeerLink(const v1::PeerLi
   std::thread([a, joined, id = request.link_id()] {
     auto link = a->stage->backend()->JoinPeerLink(id, /*rank=*/1);
     if (link.ok()) {
-      joined->set_value(std::shared_ptr<PeerLink>(std::move(*link)));
+      std::shared_ptr<PeerLink> shared(std::move(*link));
+      {
+        std::lock_guard<std::mutex> retire_lock(a->retire_mu);
+        if (a->retired) shared->Abort();
+        a->joined = shared;
+      }
+      joined->set_value(std::move(shared));
     } else {
       joined->set_value(link.status());
     }

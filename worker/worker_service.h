@@ -114,12 +114,19 @@ class WorkerService final : public v1::Worker::Service {
     std::optional<std::shared_future<absl::StatusOr<std::shared_ptr<PeerLink>>>> inbound;
     uint64_t last_linked_step = 0;
     std::map<uint64_t, std::unique_ptr<DeviceRows>> linked_rows;
+    // The joined inbound link, for RetireLinks (never blocked on, unlike link_mu).
+    std::mutex retire_mu;
+    std::shared_ptr<PeerLink> joined;
+    bool retired = false;
   };
 
   absl::StatusOr<std::shared_ptr<const ModelWeights>> WeightsFor(const v1::AssignRequest& request,
                                                                  const ModelConfig& config);
   absl::Status DoAssign(const v1::AssignRequest& request, v1::AssignResponse* response);
   absl::Status AcceptStep(const v1::StepFrame& frame);
+  // Aborts `a`'s device links (both directions): a compute thread waiting for rows from a peer that
+  // is gone lets go, so a new Assign or Stop never waits on it.
+  static void RetireLinks(Assignment& a);
   // Takes a hidden_on_link frame's rows off the inbound link the first time its step shows up (the link
   // pairs sends and receives in order, so even a frame refused later must be received), keeping them
   // for TakeLinked; null from TakeLinked when there are none.

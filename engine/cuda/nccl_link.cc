@@ -82,9 +82,15 @@ absl::StatusOr<std::unique_ptr<PeerLink>> JoinNcclLink(int device, const std::st
   return std::unique_ptr<PeerLink>(new NcclPeerLink(device, rank, comm, *std::move(stream)));
 }
 
-NcclPeerLink::~NcclPeerLink() {
-  ScopedDevice on(device_);
+void NcclPeerLink::Abort() {
   std::lock_guard<std::mutex> lock(mu_);
+  AbortLocked();
+}
+
+void NcclPeerLink::AbortLocked() {
+  if (aborted_) return;
+  aborted_ = true;
+  ScopedDevice on(device_);
   // A receive still pending when the link goes never lands: its ready event fires once the abort
   // ends the transfer, so its rows must say they hold nothing.
   for (const Pending& p : pending_) {
@@ -93,13 +99,20 @@ NcclPeerLink::~NcclPeerLink() {
     }
   }
   ncclCommAbort(comm_);
+  cudaGetLastError();  // whatever the abort left behind is not the next caller's error
+}
+
+NcclPeerLink::~NcclPeerLink() {
+  std::lock_guard<std::mutex> lock(mu_);
+  AbortLocked();
+  ScopedDevice on(device_);
   // The aborted transfers have returned once the stream drains; only then may the sent rows go.
   cudaStreamSynchronize(stream_->get());
   for (const Pending& p : pending_) {
     if (p.done != nullptr) cudaEventDestroy(p.done);
   }
   pending_.clear();
-  cudaGetLastError();  // whatever the abort left behind is not the next caller's error
+  cudaGetLastError();
 }
 
 absl::Status NcclPeerLink::Healthy() {
@@ -139,6 +152,7 @@ absl::Status NcclPeerLink::Send(std::shared_ptr<const DeviceRows> rows) {
         absl::StrCat("rows on cuda:", r->device(), " cannot be sent by a peer link on cuda:", device_));
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) return absl::UnavailableError("the peer link was aborted");
   ScopedDevice on(device_);
   LP_RETURN_IF_ERROR(on.status());
   Reap();
@@ -164,6 +178,7 @@ absl::Status NcclPeerLink::Send(std::shared_ptr<const DeviceRows> rows) {
 absl::StatusOr<std::unique_ptr<DeviceRows>> NcclPeerLink::Receive(int64_t rows, int64_t width) {
   if (rank_ != 1) return absl::FailedPreconditionError("this end of the peer link sends (rank 0); it cannot receive");
   std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) return absl::UnavailableError("the peer link was aborted");
   ScopedDevice on(device_);
   LP_RETURN_IF_ERROR(on.status());
   Reap();

@@ -44,6 +44,7 @@ class NcclPeerLink final : public PeerLink {
 
   absl::Status Send(std::shared_ptr<const DeviceRows> rows) override;
   absl::StatusOr<std::unique_ptr<DeviceRows>> Receive(int64_t rows, int64_t width) override;
+  void Abort() override;
   std::string transport() const override { return "nccl"; }
 
  private:
@@ -60,6 +61,8 @@ class NcclPeerLink final : public PeerLink {
   void Reap();
   // Records a Pending's `done` event after what was just queued.
   absl::Status Track(Pending p);
+  // Abort with mu_ held; once only.
+  void AbortLocked();
 
   const int device_;
   const int rank_;
@@ -67,6 +70,7 @@ class NcclPeerLink final : public PeerLink {
   std::shared_ptr<Stream> stream_;
   std::mutex mu_;  // NCCL calls on one communicator must not race
   std::deque<Pending> pending_;
+  bool aborted_ = false;
 };
 
 #endif  // LAYERPIPE_HAVE_NCCL

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -46,6 +47,7 @@ struct Channel {
   std::mutex mu;
   std::condition_variable cv;
   int joined = 0;
+  bool aborted = false;
   std::deque<std::shared_ptr<const DeviceRows>> in_flight;
   int64_t sent = 0, received = 0;
 };
@@ -94,9 +96,10 @@ class FakeLink final : public PeerLink {
     if (rank_ != 1) return absl::FailedPreconditionError("only rank 1 receives");
     std::unique_lock<std::mutex> lock(c_->mu);
     // The sender queues its rows before the frame leaves, so they are here (or about to be).
-    if (!c_->cv.wait_for(lock, std::chrono::seconds(10), [&] { return !c_->in_flight.empty(); })) {
+    if (!c_->cv.wait_for(lock, std::chrono::seconds(10), [&] { return c_->aborted || !c_->in_flight.empty(); })) {
       return absl::DeadlineExceededError("nothing arrived on the link");
     }
+    if (c_->aborted) return absl::UnavailableError("the link was aborted");
     auto got = std::move(c_->in_flight.front());
     c_->in_flight.pop_front();
     ++c_->received;
@@ -107,6 +110,11 @@ class FakeLink final : public PeerLink {
     }
     const auto& host = static_cast<const HostRows&>(*got);
     return std::make_unique<HostRows>(host.data(), rows, width);
+  }
+  void Abort() override {
+    std::lock_guard<std::mutex> lock(c_->mu);
+    c_->aborted = true;
+    c_->cv.notify_all();
   }
   std::string transport() const override { return "fake-link"; }
 
@@ -346,6 +354,61 @@ TEST_F(DeviceHandoffTest, AReceiverTakesRowsOncePerStepEvenForRefusedAndResentFr
   EXPECT_EQ(channel->sent, 3);
   EXPECT_EQ(channel->received, 3);
   EXPECT_TRUE(channel->in_flight.empty());
+}
+
+TEST_F(DeviceHandoffTest, ANewAssignmentAbortsALinkWaitingForRowsThatNeverCome) {
+  Pipeline pipe(1, absl::Seconds(2), Devices({"gpu1"}));
+  v1::AssignRequest r;
+  r.set_model_dir(dir());
+  r.set_layer_begin(2);
+  r.set_layer_end(5);
+  r.set_last(true);
+  r.set_stage(1);
+  r.set_epoch(1);
+  r.set_coordinator_address(pipe.sink_address);
+  ASSERT_TRUE(pipe.AssignStage(0, r).ok());
+
+  // A stage 0 that links, announces a step over the link, and dies before sending its rows.
+  auto config = LoadModelConfig(dir());
+  ASSERT_TRUE(config.ok());
+  auto w0 = ModelWeights::Load(dir(), *config, WeightSelection{0, 2, true, false});
+  ASSERT_TRUE(w0.ok());
+  ThreadPool pool(1);
+  FakeGpuBackend stage0(**w0, Precision::kBf16, pool, "gpu0");
+  const std::string id = *stage0.NewPeerLinkId();
+  auto stub = v1::Worker::NewStub(grpc::CreateChannel(pipe.worker(0).address(), grpc::InsecureChannelCredentials()));
+  v1::PeerLinkRequest offer;
+  offer.set_epoch(1);
+  offer.set_from_stage(0);
+  offer.set_link_id(id);
+  offer.set_host("elsewhere");
+  offer.set_device_uid("gpu0");
+  {
+    grpc::ClientContext ctx;
+    v1::PeerLinkReply reply;
+    ASSERT_TRUE(stub->OpenPeerLink(&ctx, offer, &reply).ok());
+    ASSERT_TRUE(reply.accepted()) << reply.reason();
+  }
+  auto link = stage0.JoinPeerLink(id, 0);
+  ASSERT_TRUE(link.ok());
+  v1::StepFrame f;
+  f.set_epoch(1);
+  f.set_step_id(1);
+  f.set_hidden_on_link(true);
+  AddSlice(&f, 1, 0, kPromptB, true);
+  grpc::Status stuck;
+  std::thread announce([&] { stuck = pipe.Send(0, f); });
+  absl::SleepFor(absl::Milliseconds(200));  // the receive is waiting now
+
+  // The coordinator replaces the pipeline: the wait ends at once, not after the link's own timeout.
+  const absl::Time start = absl::Now();
+  r.set_epoch(2);
+  ASSERT_TRUE(pipe.AssignStage(0, r).ok());
+  announce.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(stuck.error_code(), grpc::StatusCode::UNAVAILABLE) << stuck.error_message();
+  EXPECT_NE(stuck.error_message().find("aborted"), std::string::npos) << stuck.error_message();
+  EXPECT_EQ(pipe.Status(0).epoch(), 2u);
 }
 
 TEST_F(DeviceHandoffTest, OffersForAnotherEpochOrStageOrFromTheSameGpuAreRefused) {
