@@ -140,13 +140,13 @@ class CoordinatorBehaviourTest(unittest.TestCase):
             c.close()
 
     def test_long_prompt_does_not_starve_short_requests(self):
-        # 16-token chunks: the 6000-token prompt needs 375 steps of prefill.
+        # 16-token chunks: the 20000-token prompt needs 1250 steps of prefill, seconds even on a fast machine.
         c = Cluster(self.model, coordinator_flags=["--prefill-chunk=16"])
         try:
             job = c.unary("SubmitJob", pb.SubmitJobRequest(request=pb.GenerateRequest(
-                ids=pb.TokenIds(ids=[2] + [3 + i % 500 for i in range(6000)]), max_new_tokens=2, stop_ids=[1])),
+                ids=pb.TokenIds(ids=[2] + [3 + i % 500 for i in range(20000)]), max_new_tokens=2, stop_ids=[1])),
                 pb.SubmitJobResponse)
-            time.sleep(0.2)
+            time.sleep(0.1)
             short = c.generate([2, 7, 8, 9], 3)
             self.assertEqual(len(short), 3)
             info = c.unary("GetJob", pb.GetJobRequest(job_id=job.job_id), pb.JobInfo)
