@@ -252,55 +252,74 @@ TEST_F(DeviceHandoffTest, StagesOnOneGpuOrACpuNextStageKeepActivationsInTheFrame
   EXPECT_EQ(received - received0, 9);
 }
 
+// The test plays stage 0 (layers [0,2) on a fake GPU "gpu0") for the single worker of `pipe`, assigned as
+// stage 1, the last one, on "gpu1".
+struct TestStageZero {
+  TestStageZero(Pipeline& pipe, const std::string& dir, Precision precision)
+      : pipe(pipe),
+        dir(dir),
+        config(*LoadModelConfig(dir)),
+        weights(*ModelWeights::Load(dir, config, WeightSelection{0, 2, true, false})),
+        backend(*weights, precision, pool, "gpu0"),
+        stub(v1::Worker::NewStub(grpc::CreateChannel(pipe.worker(0).address(), grpc::InsecureChannelCredentials()))) {
+    request.set_model_dir(dir);
+    request.set_layer_begin(2);
+    request.set_layer_end(5);
+    request.set_last(true);
+    request.set_stage(1);
+    request.set_precision(precision == Precision::kFp32 ? "fp32" : "bf16");
+    request.set_coordinator_address(pipe.sink_address);
+  }
+
+  grpc::Status Assign(uint64_t epoch) {
+    request.set_epoch(epoch);
+    pipe.epoch = epoch;
+    return pipe.AssignStage(0, request);
+  }
+
+  // Offers the worker a fresh link (id, in `link_id`) from another host's or GPU's stage 0.
+  grpc::Status Offer(v1::PeerLinkReply* reply) {
+    if (link_id.empty()) link_id = *backend.NewPeerLinkId();
+    v1::PeerLinkRequest offer;
+    offer.set_epoch(pipe.epoch);
+    offer.set_from_stage(0);
+    offer.set_link_id(link_id);
+    offer.set_host("test-host");
+    offer.set_device_uid("gpu0");
+    grpc::ClientContext ctx;
+    return stub->OpenPeerLink(&ctx, offer, reply);
+  }
+
+  Pipeline& pipe;
+  std::string dir;
+  ModelConfig config;
+  ThreadPool pool{1};
+  std::unique_ptr<ModelWeights> weights;
+  FakeGpuBackend backend;
+  std::unique_ptr<v1::Worker::Stub> stub;
+  v1::AssignRequest request;
+  std::string link_id;
+};
+
 TEST_F(DeviceHandoffTest, AReceiverTakesRowsOncePerStepEvenForRefusedAndResentFrames) {
   // The test is stage 0 of epoch 1; the worker is stage 1 (the last) on another GPU.
   Pipeline pipe(1, absl::Seconds(2), Devices({"gpu1"}));
-  v1::AssignRequest r;
-  r.set_model_dir(dir());
-  r.set_layer_begin(2);
-  r.set_layer_end(5);
-  r.set_last(true);
-  r.set_stage(1);
-  r.set_epoch(1);
-  r.set_precision("fp32");
-  r.set_coordinator_address(pipe.sink_address);
-  ASSERT_TRUE(pipe.AssignStage(0, r).ok());
-  pipe.epoch = 1;
-
-  // Stage 0's half of the link, and its layers on the CPU to make the rows.
-  auto config = LoadModelConfig(dir());
-  ASSERT_TRUE(config.ok());
-  auto w0 = ModelWeights::Load(dir(), *config, WeightSelection{0, 2, true, false});
-  ASSERT_TRUE(w0.ok());
-  ThreadPool pool(1);
-  FakeGpuBackend stage0(**w0, Precision::kFp32, pool, "gpu0");
-  const std::string id = *stage0.NewPeerLinkId();
-  auto stub = v1::Worker::NewStub(grpc::CreateChannel(pipe.worker(0).address(), grpc::InsecureChannelCredentials()));
-  v1::PeerLinkRequest offer;
-  offer.set_epoch(1);
-  offer.set_from_stage(0);
-  offer.set_link_id(id);
-  offer.set_host("test-host");
-  offer.set_device_uid("gpu0");
-  {
-    grpc::ClientContext ctx;
-    v1::PeerLinkReply reply;
-    ASSERT_TRUE(stub->OpenPeerLink(&ctx, offer, &reply).ok());
-    EXPECT_TRUE(reply.accepted()) << reply.reason();
-  }
-  {
-    grpc::ClientContext ctx;
-    v1::PeerLinkReply reply;
-    EXPECT_EQ(stub->OpenPeerLink(&ctx, offer, &reply).error_code(), grpc::StatusCode::ALREADY_EXISTS);
-  }
-  auto link = stage0.JoinPeerLink(id, 0);
+  TestStageZero zero(pipe, dir(), Precision::kFp32);
+  ASSERT_TRUE(zero.Assign(1).ok());
+  auto& config = zero.config;
+  auto& stage0 = zero.backend;
+  v1::PeerLinkReply reply;
+  ASSERT_TRUE(zero.Offer(&reply).ok());
+  EXPECT_TRUE(reply.accepted()) << reply.reason();
+  EXPECT_EQ(zero.Offer(&reply).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  auto link = stage0.JoinPeerLink(zero.link_id, 0);
   ASSERT_TRUE(link.ok()) << link.status();
-  std::shared_ptr<Channel> channel = Channels::Get().Of(id);
+  std::shared_ptr<Channel> channel = Channels::Get().Of(zero.link_id);
 
   auto kv = stage0.NewSequence();
   // Runs `ids` through stage 0 and queues the rows on the link; returns the linked frame.
   auto linked_frame = [&](uint64_t step, int64_t pos0, const std::vector<int32_t>& ids) {
-    const int64_t H = config->hidden_size;
+    const int64_t H = config.hidden_size;
     std::vector<float> h(ids.size() * H);
     EXPECT_TRUE(stage0.Embed(ids, h.data()).ok());
     SequenceSlice s{kv.get(), static_cast<int64_t>(ids.size())};
@@ -331,7 +350,7 @@ TEST_F(DeviceHandoffTest, AReceiverTakesRowsOncePerStepEvenForRefusedAndResentFr
   {
     std::vector<int32_t> junk = {5};
     auto spare = stage0.NewSequence();
-    std::vector<float> h(config->hidden_size);
+    std::vector<float> h(config.hidden_size);
     ASSERT_TRUE(stage0.Embed(junk, h.data()).ok());
     SequenceSlice s{spare.get(), 1};
     auto rows = stage0.ForwardToDevice({&s, 1}, h.data(), nullptr);
@@ -358,38 +377,13 @@ TEST_F(DeviceHandoffTest, AReceiverTakesRowsOncePerStepEvenForRefusedAndResentFr
 
 TEST_F(DeviceHandoffTest, ANewAssignmentAbortsALinkWaitingForRowsThatNeverCome) {
   Pipeline pipe(1, absl::Seconds(2), Devices({"gpu1"}));
-  v1::AssignRequest r;
-  r.set_model_dir(dir());
-  r.set_layer_begin(2);
-  r.set_layer_end(5);
-  r.set_last(true);
-  r.set_stage(1);
-  r.set_epoch(1);
-  r.set_coordinator_address(pipe.sink_address);
-  ASSERT_TRUE(pipe.AssignStage(0, r).ok());
-
-  // A stage 0 that links, announces a step over the link, and dies before sending its rows.
-  auto config = LoadModelConfig(dir());
-  ASSERT_TRUE(config.ok());
-  auto w0 = ModelWeights::Load(dir(), *config, WeightSelection{0, 2, true, false});
-  ASSERT_TRUE(w0.ok());
-  ThreadPool pool(1);
-  FakeGpuBackend stage0(**w0, Precision::kBf16, pool, "gpu0");
-  const std::string id = *stage0.NewPeerLinkId();
-  auto stub = v1::Worker::NewStub(grpc::CreateChannel(pipe.worker(0).address(), grpc::InsecureChannelCredentials()));
-  v1::PeerLinkRequest offer;
-  offer.set_epoch(1);
-  offer.set_from_stage(0);
-  offer.set_link_id(id);
-  offer.set_host("elsewhere");
-  offer.set_device_uid("gpu0");
-  {
-    grpc::ClientContext ctx;
-    v1::PeerLinkReply reply;
-    ASSERT_TRUE(stub->OpenPeerLink(&ctx, offer, &reply).ok());
-    ASSERT_TRUE(reply.accepted()) << reply.reason();
-  }
-  auto link = stage0.JoinPeerLink(id, 0);
+  TestStageZero zero(pipe, dir(), Precision::kBf16);
+  ASSERT_TRUE(zero.Assign(1).ok());
+  // Stage 0 links, announces a step over the link, and dies before sending its rows.
+  v1::PeerLinkReply reply;
+  ASSERT_TRUE(zero.Offer(&reply).ok());
+  ASSERT_TRUE(reply.accepted()) << reply.reason();
+  auto link = zero.backend.JoinPeerLink(zero.link_id, 0);
   ASSERT_TRUE(link.ok());
   v1::StepFrame f;
   f.set_epoch(1);
@@ -402,8 +396,7 @@ TEST_F(DeviceHandoffTest, ANewAssignmentAbortsALinkWaitingForRowsThatNeverCome) 
 
   // The coordinator replaces the pipeline: the wait ends at once, not after the link's own timeout.
   const absl::Time start = absl::Now();
-  r.set_epoch(2);
-  ASSERT_TRUE(pipe.AssignStage(0, r).ok());
+  ASSERT_TRUE(zero.Assign(2).ok());
   announce.join();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_EQ(stuck.error_code(), grpc::StatusCode::UNAVAILABLE) << stuck.error_message();
