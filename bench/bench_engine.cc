@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_checkpoint.h"
 #include "engine/checkpoint_writer.h"
 #include "engine/engine.h"
 
@@ -109,18 +110,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "--layers: bad count\n");
       return 2;
     }
-    const std::string dir = absl::GetFlag(FLAGS_workdir) + "/12b_shape_" + std::to_string(layers) + "L";
-    if (!std::filesystem::exists(dir + "/config.json")) {
-      RandomCheckpointOptions o;  // the real 12B shapes
-      o.layers = layers;
-      std::printf("generating %s ...\n", dir.c_str());
-      std::fflush(stdout);
-      if (auto st = WriteRandomCheckpoint(dir, o); !st.ok()) {
-        std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
-        return 1;
-      }
+    auto dir = TwelveBShapeCheckpoint(absl::GetFlag(FLAGS_workdir), layers);
+    if (!dir.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(dir.status().message()).c_str());
+      return 1;
     }
-    if (int rc = Bench(dir, "12B shapes, " + std::to_string(layers) + " layers (" + absl::GetFlag(FLAGS_precision) + ")");
+    if (int rc = Bench(*dir, "12B shapes, " + std::to_string(layers) + " layers (" + absl::GetFlag(FLAGS_precision) + ")");
         rc != 0)
       return rc;
   }

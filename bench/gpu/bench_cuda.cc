@@ -16,6 +16,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_checkpoint.h"
 #include "engine/checkpoint_writer.h"
 #include "engine/config.h"
 #include "engine/cuda/cuda_backend.h"
@@ -172,18 +173,12 @@ int main(int argc, char** argv) {
   }
   std::string dir = absl::GetFlag(FLAGS_model);
   if (dir.empty()) {
-    const int layers = absl::GetFlag(FLAGS_layers);
-    dir = absl::GetFlag(FLAGS_workdir) + "/12b_shape_" + std::to_string(layers) + "L";
-    if (!std::filesystem::exists(dir + "/config.json")) {
-      RandomCheckpointOptions o;  // the real 12B shapes
-      o.layers = layers;
-      std::printf("generating %s ...\n", dir.c_str());
-      std::fflush(stdout);
-      if (auto st = WriteRandomCheckpoint(dir, o); !st.ok()) {
-        std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
-        return 1;
-      }
+    auto made = TwelveBShapeCheckpoint(absl::GetFlag(FLAGS_workdir), absl::GetFlag(FLAGS_layers));
+    if (!made.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(made.status().message()).c_str());
+      return 1;
     }
+    dir = *made;
   }
   return Run(dir);
 }
