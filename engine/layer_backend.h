@@ -4,6 +4,7 @@
 #ifndef LAYERPIPE_ENGINE_LAYER_BACKEND_H_
 #define LAYERPIPE_ENGINE_LAYER_BACKEND_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -68,13 +69,19 @@ class LayerBackend {
   virtual absl::StatusOr<std::string> NewPeerLinkId() {
     return absl::UnimplementedError(device() + " has no peer links");
   }
-  // Joins link `id` as rank 0 (sender) or 1 (receiver); returns once both ends have joined.
-  virtual absl::StatusOr<std::unique_ptr<PeerLink>> JoinPeerLink(const std::string& id, int rank) {
+  // Joins link `id` as rank 0 (sender) or 1 (receiver); returns once both ends have joined. A peer that
+  // never comes must not hold the caller forever: Cancelled as soon as *give_up turns true (the caller's
+  // assignment was replaced), DeadlineExceeded after kPeerLinkJoinTimeout.
+  virtual absl::StatusOr<std::unique_ptr<PeerLink>> JoinPeerLink(const std::string& id, int rank,
+                                                                 const std::atomic<bool>* give_up) {
     return absl::UnimplementedError(device() + " has no peer links");
   }
   int layer_begin() const { return weights().selection().layer_begin; }
   int layer_end() const { return weights().selection().layer_end; }
 };
+
+// How long JoinPeerLink waits for the other end.
+inline constexpr int kPeerLinkJoinTimeoutSeconds = 120;
 
 // Makes the backend that runs the layers of `weights`. The engine library only knows the CPU one; the
 // CUDA backend lives in a library above it (backend/backend_factory.h picks by device name).

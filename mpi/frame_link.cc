@@ -188,6 +188,10 @@ void FrameLink::Finish() {
     abandoned_.clear();
   }
   for (PendingSend& p : pending) MpiWaitPolling(&p.request);
+  TakeStrayVerdicts();
+}
+
+void FrameLink::TakeStrayVerdicts() {
   for (;;) {
     int found = 0;
     MPI_Message message;

@@ -49,6 +49,13 @@ class FrameLink {
   // Tells each of `peers` that this rank sends no more frames (after its outbox has stopped).
   void SendClose(const std::vector<int>& peers);
 
+  // Takes the verdicts nobody waits for any more (of frames given up on). A receiver's ServeFrames
+  // returns only once its verdicts have left, and MPI need not let a send leave before it is received
+  // (Open MPI holds any message above its eager limit): so once this rank has stopped sending, it has
+  // to keep calling this until every other worker rank's ServeFrames has returned, or both can wait on
+  // each other at shutdown.
+  void TakeStrayVerdicts();
+
   // Waits until frames given up on have left (their receivers serve until our close message), then
   // takes any verdict nobody waited for. Call after every rank's ServeFrames has returned.
   void Finish();

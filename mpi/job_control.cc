@@ -80,10 +80,13 @@ bool JobControl::TakeStopRequest(int* from, std::string* why) {
   return true;
 }
 
-void JobControl::Barrier() {
+void JobControl::Barrier(const std::function<void()>& while_waiting) {
   MPI_Request request;
   MPI_Ibarrier(comm_, &request);
-  MpiWaitPolling(&request);
+  MpiWaitPolling(&request, [&] {
+    if (while_waiting) while_waiting();
+    return false;
+  });
 }
 
 void JobControl::DrainStray() {

@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,8 +36,9 @@ class JobControl {
   // Rank 0: a pending stop request, if any (true), with who sent it and why.
   bool TakeStopRequest(int* from, std::string* why);
 
-  // Collective; returns once every rank has called it.
-  void Barrier();
+  // Collective; returns once every rank has called it. `while_waiting`, when set, runs between polls
+  // (for messages that others wait on this rank to receive).
+  void Barrier(const std::function<void()>& while_waiting = nullptr);
   // Takes control messages nobody waits for any more (stop requests that crossed the stop).
   void DrainStray();
 

@@ -22,6 +22,7 @@
 #include "backend/backend_factory.h"
 #include "common/dash_flags.h"
 #include "coordinator/run_coordinator.h"
+#include "mpi/client_command.h"
 #include "mpi/coordinator_rank.h"
 #include "mpi/frame_link.h"
 #include "mpi/job_control.h"
@@ -139,6 +140,10 @@ int Run(const std::vector<std::string>& client) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   Parsed p = ParseSettings();
+  // Checked here, where every rank refuses together, rather than by rank 0 once the cluster serves.
+  if (p.error.empty() && !client.empty()) {
+    if (absl::Status st = ClientCommand(client, "layerpipe").Check(); !st.ok()) p.error = std::string(st.message());
+  }
   if (!p.error.empty()) {
     if (rank == 0) std::fprintf(stderr, "layerpipe-mpi: %s\n", p.error.c_str());
     return 2;

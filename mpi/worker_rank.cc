@@ -4,15 +4,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "mpi/mpi_next_hop.h"
+#include "mpi/mpi_poll.h"
 #include "mpi/rank_protocol.h"
 #include "worker/worker_server.h"
 
@@ -71,11 +74,22 @@ int RunWorkerRank(JobControl& job, FrameLink& link, const WorkerRankSettings& s)
   } else {
     failure = absl::StrCat("--device ", device.ToString(), ": ", maker.status().message());
   }
-  // Filled in once the addresses are known, which is before rank 0 assigns anything.
-  auto hops = std::make_shared<NextHopFactory>();
+  // Filled in once the addresses are known, which is before rank 0 assigns anything. The mutex is
+  // what orders that write before the read on a gRPC thread: the MPI barrier between them is no
+  // synchronization in this process's memory model.
+  struct Hops {
+    std::mutex mu;
+    NextHopFactory factory;
+  };
+  auto hops = std::make_shared<Hops>();
   options.next_hop = [hops](const v1::AssignRequest& r) -> absl::StatusOr<std::shared_ptr<NextHop>> {
-    if (!*hops) return std::shared_ptr<NextHop>();
-    return (*hops)(r);
+    NextHopFactory factory;
+    {
+      std::lock_guard<std::mutex> lock(hops->mu);
+      factory = hops->factory;
+    }
+    if (!factory) return std::shared_ptr<NextHop>();
+    return factory(r);
   };
 
   std::unique_ptr<WorkerServer> server;
@@ -103,21 +117,34 @@ int RunWorkerRank(JobControl& job, FrameLink& link, const WorkerRankSettings& s)
     rank_of_address[report.worker_addresses[r - 1]] = r;
     if (r != job.rank()) peers.push_back(r);
   }
-  *hops = MpiNextHopFactory(&link, rank_of_address, prefix);
+  {
+    std::lock_guard<std::mutex> lock(hops->mu);
+    hops->factory = MpiNextHopFactory(&link, rank_of_address, prefix);
+  }
   job.Barrier();  // rank 0 assigns only after this: every worker knows the ranks by then
   std::fprintf(stderr, "%s: worker serving on %s (device %s)\n", prefix.c_str(),
                report.worker_addresses[job.rank() - 1].c_str(), device.ToString().c_str());
 
   WorkerService& service = server->service();
-  std::thread receiver([&] { link.ServeFrames([&](const v1::StepFrame& f) { return service.TakeFrame(f); }, peers); });
+  std::atomic<bool> served{false};
+  std::thread receiver([&] {
+    link.ServeFrames([&](const v1::StepFrame& f) { return service.TakeFrame(f); }, peers);
+    served = true;
+  });
 
   WaitForStop(job, prefix);
   // The outbox stops first, then the others learn that no more frames come from here; the receiver
   // keeps answering (UNAVAILABLE once the service has stopped) until every other worker has said so.
+  // From here until every receiver is done (the barrier), verdicts sent to this rank are taken as
+  // they come: a receiver waits for its verdicts to leave (FrameLink::TakeStrayVerdicts).
   server->Shutdown();
   link.SendClose(peers);
+  while (!served) {
+    link.TakeStrayVerdicts();
+    MpiPollSleep();
+  }
   receiver.join();
-  job.Barrier();
+  job.Barrier([&] { link.TakeStrayVerdicts(); });
   link.Finish();
   std::fprintf(stderr, "%s: stopped; frames over mpi: %lld sent, %lld received\n", prefix.c_str(),
                static_cast<long long>(link.frames_sent()), static_cast<long long>(link.frames_received()));

@@ -22,6 +22,7 @@ std::string PeerLinkHop::transport() const {
 }
 
 void PeerLinkHop::Retire() {
+  retired_.store(true, std::memory_order_release);
   std::lock_guard<std::mutex> lock(mu_);
   if (link_) link_->Abort();
 }
@@ -65,7 +66,7 @@ grpc::Status PeerLinkHop::Negotiate(grpc::ClientContext* ctx) {
     return grpc::Status::OK;
   }
   // The next stage joins in the background; this returns once both ends are in.
-  auto link = backend_->JoinPeerLink(*id, /*rank=*/0);
+  auto link = backend_->JoinPeerLink(*id, /*rank=*/0, &retired_);
   if (!link.ok()) {
     return grpc::Status(grpc::StatusCode::INTERNAL,
                         absl::StrCat("stage ", options_.stage, " could not join its device link to stage ",

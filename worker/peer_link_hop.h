@@ -5,6 +5,7 @@
 #ifndef LAYERPIPE_WORKER_PEER_LINK_HOP_H_
 #define LAYERPIPE_WORKER_PEER_LINK_HOP_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -32,7 +33,7 @@ class PeerLinkHop final : public NextHop {
                         const std::shared_ptr<const DeviceRows>& rows) override;
   bool WantsDeviceRows() const override;
   void Cancel() override { inner_->Cancel(); }
-  // Aborts the link, so the next stage's pending receive ends too.
+  // Aborts the link, so the next stage's pending receive ends too, or gives up joining it.
   void Retire() override;
   std::string transport() const override;
 
@@ -51,6 +52,7 @@ class PeerLinkHop final : public NextHop {
   std::string decline_reason_;
   // Used by the outbox thread only.
   std::unique_ptr<PeerLink> link_;
+  std::atomic<bool> retired_{false};  // set by Retire, read by a join in progress
   uint64_t last_sent_step_ = 0;  // rows go over the link once per step, whatever the retries
 };
 

@@ -107,7 +107,7 @@ WorkerService::~WorkerService() { Stop(); }
 void WorkerService::RetireLinks(Assignment& a) {
   {
     std::lock_guard<std::mutex> lock(a.retire_mu);
-    a.retired = true;
+    a.retired.store(true, std::memory_order_release);
     if (a.joined) a.joined->Abort();
   }
   if (a.next) a.next->Retire();
@@ -300,12 +300,12 @@ absl::StatusOr<v1::PeerLinkReply> WorkerService::DoOpenPeerLink(const v1::PeerLi
   auto joined = std::make_shared<std::promise<absl::StatusOr<std::shared_ptr<PeerLink>>>>();
   a->inbound = joined->get_future().share();
   std::thread([a, joined, id = request.link_id()] {
-    auto link = a->stage->backend()->JoinPeerLink(id, /*rank=*/1);
+    auto link = a->stage->backend()->JoinPeerLink(id, /*rank=*/1, &a->retired);
     if (link.ok()) {
       std::shared_ptr<PeerLink> shared(std::move(*link));
       {
         std::lock_guard<std::mutex> retire_lock(a->retire_mu);
-        if (a->retired) shared->Abort();
+        if (a->retired.load(std::memory_order_acquire)) shared->Abort();
         a->joined = shared;
       }
       joined->set_value(std::move(shared));

@@ -114,10 +114,11 @@ class WorkerService final : public v1::Worker::Service {
     std::optional<std::shared_future<absl::StatusOr<std::shared_ptr<PeerLink>>>> inbound;
     uint64_t last_linked_step = 0;
     std::map<uint64_t, std::unique_ptr<DeviceRows>> linked_rows;
-    // The joined inbound link, for RetireLinks (never blocked on, unlike link_mu).
+    // The joined inbound link, for RetireLinks (never blocked on, unlike link_mu); `retired` also makes
+    // a join still in progress give up.
     std::mutex retire_mu;
     std::shared_ptr<PeerLink> joined;
-    bool retired = false;
+    std::atomic<bool> retired{false};
   };
 
   absl::StatusOr<std::shared_ptr<const ModelWeights>> WeightsFor(const v1::AssignRequest& request,

@@ -114,7 +114,8 @@ class CudaBackend final : public LayerBackend {
                                                               const float* host_in,
                                                               std::unique_ptr<DeviceRows> device_in) override;
   absl::StatusOr<std::string> NewPeerLinkId() override;
-  absl::StatusOr<std::unique_ptr<PeerLink>> JoinPeerLink(const std::string& id, int rank) override;
+  absl::StatusOr<std::unique_ptr<PeerLink>> JoinPeerLink(const std::string& id, int rank,
+                                                         const std::atomic<bool>* give_up) override;
 
  private:
   bool act_bf16() const { return precision_ == Precision::kBf16; }
@@ -374,9 +375,10 @@ absl::StatusOr<std::string> CudaBackend::NewPeerLinkId() {
   return NewNcclLinkId();
 }
 
-absl::StatusOr<std::unique_ptr<PeerLink>> CudaBackend::JoinPeerLink(const std::string& id, int rank) {
+absl::StatusOr<std::unique_ptr<PeerLink>> CudaBackend::JoinPeerLink(const std::string& id, int rank,
+                                                                    const std::atomic<bool>* give_up) {
   LP_RETURN_IF_ERROR(HandoffAvailable());
-  return JoinNcclLink(device_, id, rank);
+  return JoinNcclLink(device_, id, rank, give_up);
 }
 
 absl::Status CudaBackend::Step(absl::Span<const SequenceSlice> slices, const StepIo& io) {

@@ -7,7 +7,11 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
 #include "engine/cuda/cuda_check.h"
+#include "engine/layer_backend.h"
 #include "engine/cuda/scoped_device.h"
 #endif
 
@@ -32,6 +36,36 @@ absl::Status NcclStatus(ncclResult_t r, const char* what) {
     if (absl::Status _lp_st = NcclStatus((expr), #expr); !_lp_st.ok()) return _lp_st; \
   } while (0)
 
+
+// Waits for a nonblocking communicator's pending work (an init, or a call that returned ncclInProgress),
+// polling, so that a peer that never shows up costs a timeout or a cancellation, not a thread.
+absl::Status AwaitComm(ncclComm_t comm, const std::atomic<bool>* give_up, absl::Time deadline, const char* what) {
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    LP_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm, &state));
+    if (state != ncclInProgress) return NcclStatus(state, what);
+    if (give_up != nullptr && give_up->load(std::memory_order_acquire)) {
+      return absl::CancelledError(absl::StrCat(what, ": given up (the stage was replaced)"));
+    }
+    if (absl::Now() > deadline) return absl::DeadlineExceededError(absl::StrCat(what, ": the peer did not come"));
+    absl::SleepFor(absl::Microseconds(500));
+  }
+}
+
+// The same for work queued on `stream`.
+absl::Status AwaitStream(cudaStream_t stream, const std::atomic<bool>* give_up, absl::Time deadline,
+                         const char* what) {
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(stream);
+    if (e != cudaErrorNotReady) return CudaStatus(e, what);
+    if (give_up != nullptr && give_up->load(std::memory_order_acquire)) {
+      return absl::CancelledError(absl::StrCat(what, ": given up (the stage was replaced)"));
+    }
+    if (absl::Now() > deadline) return absl::DeadlineExceededError(absl::StrCat(what, ": the peer did not come"));
+    absl::SleepFor(absl::Microseconds(500));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> NewNcclLinkId() {
@@ -40,7 +74,8 @@ absl::StatusOr<std::string> NewNcclLinkId() {
   return std::string(id.internal, sizeof(id.internal));
 }
 
-absl::StatusOr<std::unique_ptr<PeerLink>> JoinNcclLink(int device, const std::string& id, int rank) {
+absl::StatusOr<std::unique_ptr<PeerLink>> JoinNcclLink(int device, const std::string& id, int rank,
+                                                       const std::atomic<bool>* give_up) {
   ncclUniqueId uid;
   if (id.size() != sizeof(uid.internal)) {
     return absl::InvalidArgumentError(
@@ -55,30 +90,37 @@ absl::StatusOr<std::unique_ptr<PeerLink>> JoinNcclLink(int device, const std::st
   // NCCL binds the communicator to the current device.
   ScopedDevice on(device);
   LP_RETURN_IF_ERROR(on.status());
+  const absl::Time deadline = absl::Now() + absl::Seconds(kPeerLinkJoinTimeoutSeconds);
+  // Nonblocking, so the join can be abandoned (AwaitComm) and the communicator aborted.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
   ncclComm_t comm = nullptr;
-  const ncclResult_t r = ncclCommInitRank(&comm, 2, uid, rank);
-  if (r != ncclSuccess) {
-    absl::Status st = NcclStatus(r, "ncclCommInitRank");
-    if (comm != nullptr) ncclCommAbort(comm);
-    return st;
-  }
+  const ncclResult_t r = ncclCommInitRankConfig(&comm, 2, uid, rank, &config);
+  absl::Status joined = r == ncclSuccess || r == ncclInProgress ? AwaitComm(comm, give_up, deadline, "joining the peer link")
+                                                                : NcclStatus(r, "ncclCommInitRankConfig");
   // NCCL connects a pair of peers lazily, inside their first send/receive, and that call blocks the
   // host until the peer makes its own. The worker sends a step's rows before the frame that makes the
   // receiver post its receive, so that first transfer must not be a step's: one value goes across here,
   // while both ends are joining anyway.
   float* probe = nullptr;
-  absl::Status warm = CudaStatus(cudaMalloc(&probe, sizeof(float)), "cudaMalloc");
-  if (warm.ok()) {
+  if (joined.ok()) joined = CudaStatus(cudaMalloc(&probe, sizeof(float)), "cudaMalloc");
+  if (joined.ok()) {
     const ncclResult_t w = rank == 0 ? ncclSend(probe, 1, ncclFloat32, 1, comm, (*stream)->get())
                                      : ncclRecv(probe, 1, ncclFloat32, 0, comm, (*stream)->get());
-    warm = w == ncclSuccess ? CudaStatus(cudaStreamSynchronize((*stream)->get()), "cudaStreamSynchronize")
-                            : NcclStatus(w, "the link's first transfer");
-    cudaFree(probe);
+    joined = w == ncclSuccess || w == ncclInProgress
+                 ? AwaitComm(comm, give_up, deadline, "the link's first transfer")
+                 : NcclStatus(w, "the link's first transfer");
+    if (joined.ok()) joined = AwaitStream((*stream)->get(), give_up, deadline, "the link's first transfer");
   }
-  if (!warm.ok()) {
-    ncclCommAbort(comm);
-    return warm;
+  if (!joined.ok()) {
+    if (comm != nullptr) ncclCommAbort(comm);
+    // The aborted transfer has let go of the probe once the stream drains.
+    cudaStreamSynchronize((*stream)->get());
+    if (probe != nullptr) cudaFree(probe);
+    cudaGetLastError();
+    return joined;
   }
+  cudaFree(probe);
   return std::unique_ptr<PeerLink>(new NcclPeerLink(device, rank, comm, *std::move(stream)));
 }
 
@@ -165,6 +207,16 @@ absl::Status NcclPeerLink::Send(std::shared_ptr<const DeviceRows> rows) {
   ncclResult_t sent = ncclSuccess;
   if (waited == cudaSuccess) {
     sent = ncclSend(r->data(), static_cast<size_t>(r->rows() * r->width()), ncclFloat32, 1, comm_, stream_->get());
+    // The communicator is nonblocking (JoinNcclLink): a call may still be finishing its enqueue.
+    if (sent == ncclInProgress) {
+      const absl::Status st =
+          AwaitComm(comm_, nullptr, absl::Now() + absl::Seconds(kPeerLinkJoinTimeoutSeconds), "ncclSend");
+      if (!st.ok()) {
+        cudaEventDestroy(p.done);
+        return st;
+      }
+      sent = ncclSuccess;
+    }
   }
   if (waited != cudaSuccess || sent != ncclSuccess) {
     cudaEventDestroy(p.done);
@@ -194,9 +246,13 @@ absl::StatusOr<std::unique_ptr<DeviceRows>> NcclPeerLink::Receive(int64_t rows, 
   LP_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&p.done, cudaEventDisableTiming));
   const ncclResult_t got = ncclRecv((*out)->data(), static_cast<size_t>(rows * width), ncclFloat32, 0, comm_,
                                     stream_->get());
-  if (got != ncclSuccess) {
+  absl::Status queued = NcclStatus(got == ncclInProgress ? ncclSuccess : got, "ncclRecv");
+  if (queued.ok() && got == ncclInProgress) {  // see Send
+    queued = AwaitComm(comm_, nullptr, absl::Now() + absl::Seconds(kPeerLinkJoinTimeoutSeconds), "ncclRecv");
+  }
+  if (!queued.ok()) {
     cudaEventDestroy(p.done);
-    return NcclStatus(got, "ncclRecv");
+    return queued;
   }
   // Rows dropped on an error below are freed in order on this stream, after the receive.
   LP_RETURN_IF_ERROR((*out)->MarkReady());
@@ -210,7 +266,8 @@ absl::StatusOr<std::string> NewNcclLinkId() {
   return absl::UnimplementedError("this CUDA plugin was built without NCCL, so it has no peer links");
 }
 
-absl::StatusOr<std::unique_ptr<PeerLink>> JoinNcclLink(int /*device*/, const std::string& /*id*/, int /*rank*/) {
+absl::StatusOr<std::unique_ptr<PeerLink>> JoinNcclLink(int /*device*/, const std::string& /*id*/, int /*rank*/,
+                                                       const std::atomic<bool>* /*give_up*/) {
   return absl::UnimplementedError("this CUDA plugin was built without NCCL, so it has no peer links");
 }
 

@@ -4,6 +4,7 @@
 #ifndef LAYERPIPE_ENGINE_CUDA_NCCL_LINK_H_
 #define LAYERPIPE_ENGINE_CUDA_NCCL_LINK_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -27,8 +28,10 @@ namespace layerpipe::cuda {
 // A fresh link id: an NCCL unique id as sizeof(ncclUniqueId) raw bytes. The calling process hosts the
 // rendezvous, so it must live until both ends have joined.
 absl::StatusOr<std::string> NewNcclLinkId();
-// Joins link `id` on `device` as rank 0 (sender) or 1 (receiver); blocks until the peer has joined too.
-absl::StatusOr<std::unique_ptr<PeerLink>> JoinNcclLink(int device, const std::string& id, int rank);
+// Joins link `id` on `device` as rank 0 (sender) or 1 (receiver); blocks until the peer has joined too,
+// *give_up turns true (Cancelled) or kPeerLinkJoinTimeoutSeconds pass (DeadlineExceeded).
+absl::StatusOr<std::unique_ptr<PeerLink>> JoinNcclLink(int device, const std::string& id, int rank,
+                                                       const std::atomic<bool>* give_up);
 
 #ifdef LAYERPIPE_HAVE_NCCL
 

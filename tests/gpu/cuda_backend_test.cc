@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -545,9 +547,20 @@ TEST_P(CudaBackendTest, PeerLinkIdsAndBadJoins) {
   auto other = gpu_->NewPeerLinkId();
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_NE(*id, *other);
-  EXPECT_EQ(gpu_->JoinPeerLink(id->substr(1), 0).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(gpu_->JoinPeerLink(*id, 2).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(gpu_->JoinPeerLink(*id, -1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->JoinPeerLink(id->substr(1), 0, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->JoinPeerLink(*id, 2, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->JoinPeerLink(*id, -1, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+  // A join whose peer never comes gives up when asked (the worker's stage was replaced), not never.
+  std::atomic<bool> give_up{false};
+  std::thread replace([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    give_up = true;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status lonely = gpu_->JoinPeerLink(*other, 1, &give_up).status();
+  replace.join();
+  EXPECT_EQ(lonely.code(), absl::StatusCode::kCancelled) << lonely;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 #else
   const absl::Status st = gpu_->NewPeerLinkId().status();
   EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
@@ -588,8 +601,8 @@ TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
   absl::StatusOr<std::unique_ptr<PeerLink>> out_link = absl::UnknownError("not joined");
   absl::StatusOr<std::unique_ptr<PeerLink>> in_link = absl::UnknownError("not joined");
   {
-    std::thread a([&] { out_link = first.JoinPeerLink(*id, 0); });
-    std::thread b([&] { in_link = second.JoinPeerLink(*id, 1); });
+    std::thread a([&] { out_link = first.JoinPeerLink(*id, 0, nullptr); });
+    std::thread b([&] { in_link = second.JoinPeerLink(*id, 1, nullptr); });
     a.join();
     b.join();
   }

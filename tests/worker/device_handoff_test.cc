@@ -167,24 +167,32 @@ class FakeGpuBackend final : public LayerBackend {
     static std::atomic<int> next{0};
     return absl::StrCat("link-", uid_, "-", next++);
   }
-  absl::StatusOr<std::unique_ptr<PeerLink>> JoinPeerLink(const std::string& id, int rank) override {
+  absl::StatusOr<std::unique_ptr<PeerLink>> JoinPeerLink(const std::string& id, int rank,
+                                                         const std::atomic<bool>* give_up) override {
     std::shared_ptr<Channel> c = Channels::Get().Of(id);
     std::unique_lock<std::mutex> lock(c->mu);
     ++c->joined;
     c->cv.notify_all();
-    if (!c->cv.wait_for(lock, std::chrono::seconds(10), [&] { return c->joined == 2; })) {
-      return absl::DeadlineExceededError("the peer never joined");
+    for (int waited_ms = 0; c->joined < 2; waited_ms += 10) {
+      if (give_up != nullptr && give_up->load()) {
+        ++gave_up_;
+        return absl::CancelledError("gave up joining");
+      }
+      if (waited_ms > 10000) return absl::DeadlineExceededError("the peer never joined");
+      c->cv.wait_for(lock, std::chrono::milliseconds(10));
     }
     return std::make_unique<FakeLink>(c, rank);
   }
 
   static std::atomic<int64_t> device_inputs_;  // ForwardToDevice calls fed by device rows
+  static std::atomic<int64_t> gave_up_;        // joins abandoned through give_up
 
  private:
   LayerRangeExecutor cpu_;
   std::string uid_;
 };
 std::atomic<int64_t> FakeGpuBackend::device_inputs_{0};
+std::atomic<int64_t> FakeGpuBackend::gave_up_{0};
 
 // Worker i runs on fake GPU uids[i] ("" = the plain CPU executor), on host `host`.
 std::function<void(int, WorkerOptions&)> Devices(std::vector<std::string> uids, std::string host = "test-host") {
@@ -312,7 +320,7 @@ TEST_F(DeviceHandoffTest, AReceiverTakesRowsOncePerStepEvenForRefusedAndResentFr
   ASSERT_TRUE(zero.Offer(&reply).ok());
   EXPECT_TRUE(reply.accepted()) << reply.reason();
   EXPECT_EQ(zero.Offer(&reply).error_code(), grpc::StatusCode::ALREADY_EXISTS);
-  auto link = stage0.JoinPeerLink(zero.link_id, 0);
+  auto link = stage0.JoinPeerLink(zero.link_id, 0, nullptr);
   ASSERT_TRUE(link.ok()) << link.status();
   std::shared_ptr<Channel> channel = Channels::Get().Of(zero.link_id);
 
@@ -383,7 +391,7 @@ TEST_F(DeviceHandoffTest, ANewAssignmentAbortsALinkWaitingForRowsThatNeverCome) 
   v1::PeerLinkReply reply;
   ASSERT_TRUE(zero.Offer(&reply).ok());
   ASSERT_TRUE(reply.accepted()) << reply.reason();
-  auto link = zero.backend.JoinPeerLink(zero.link_id, 0);
+  auto link = zero.backend.JoinPeerLink(zero.link_id, 0, nullptr);
   ASSERT_TRUE(link.ok());
   v1::StepFrame f;
   f.set_epoch(1);
@@ -402,6 +410,21 @@ TEST_F(DeviceHandoffTest, ANewAssignmentAbortsALinkWaitingForRowsThatNeverCome) 
   EXPECT_EQ(stuck.error_code(), grpc::StatusCode::UNAVAILABLE) << stuck.error_message();
   EXPECT_NE(stuck.error_message().find("aborted"), std::string::npos) << stuck.error_message();
   EXPECT_EQ(pipe.Status(0).epoch(), 2u);
+}
+
+TEST_F(DeviceHandoffTest, ANewAssignmentEndsAJoinWhoseSenderNeverCame) {
+  Pipeline pipe(1, absl::Seconds(2), Devices({"gpu1"}));
+  TestStageZero zero(pipe, dir(), Precision::kBf16);
+  ASSERT_TRUE(zero.Assign(1).ok());
+  v1::PeerLinkReply reply;
+  ASSERT_TRUE(zero.Offer(&reply).ok());  // and stage 0 never joins
+  ASSERT_TRUE(reply.accepted()) << reply.reason();
+  const int64_t gave_up = FakeGpuBackend::gave_up_;
+  ASSERT_TRUE(zero.Assign(2).ok());
+  // The receiver's join thread lets go of the old stage (and its device memory) instead of waiting on.
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (FakeGpuBackend::gave_up_ == gave_up && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(FakeGpuBackend::gave_up_, gave_up + 1);
 }
 
 TEST_F(DeviceHandoffTest, OffersForAnotherEpochOrStageOrFromTheSameGpuAreRefused) {
