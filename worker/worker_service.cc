@@ -386,8 +386,9 @@ absl::Status WorkerService::AcceptStep(const v1::StepFrame& frame) {
   absl::Status content = CheckFrameContent(frame, a->stage->shape(), &rows);
   if (content.ok() && !a->stage->options().first && frame.hidden_on_link()) {
     step.device_hidden = TakeLinked(*a, id);
+    // Another copy of this frame (a resend racing its original) took the rows and queues the step.
     if (step.device_hidden == nullptr) {
-      content = absl::FailedPreconditionError(absl::StrCat("the activations of step ", id, " were already taken"));
+      return absl::AlreadyExistsError(absl::StrCat("step ", id, " was already received"));
     }
   } else if (content.ok() && !a->stage->options().first) {
     auto hidden = DecodeHidden(frame.hidden_dtype(), frame.hidden(), rows, a->stage->shape().hidden_size);
