@@ -7,8 +7,9 @@
    must exit 0 and no rank may outlive it.
 2. Serving without a client command: a client reaches the printed address and gets the same ids, idle
    ranks do not spin a core, and SIGTERM to one worker rank stops every rank with status 0.
-3. -np 1 (no workers) fails and says why; a worker rank that cannot start (a device the build lacks)
-   fails the whole job and names the rank.
+3. A worker rank killed with SIGKILL ends the job with a failure status instead of hanging it.
+4. -np 1 (no workers) and an empty client command fail and say why; a worker rank that cannot start (a
+   device the build lacks) fails the whole job and names the rank.
 """
 import argparse
 import os
@@ -199,11 +200,46 @@ def status_reports_mpi(src, bindir, model):
         kill_leftovers(model)
 
 
+def worker_crash_job(bindir, model):
+    """A worker rank that dies (SIGKILL: no chance to tell rank 0) ends the job instead of hanging it."""
+    p = subprocess.Popen(mpirun(bindir, 3, model), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         stdin=subprocess.DEVNULL)
+    try:
+        line = p.stdout.readline()
+        check(line.startswith("layerpipe-mpi listening on"), "the job serves")
+        workers = [pid for pid, r in ranks_of(model).items() if r == 2]
+        check(len(workers) == 1, "worker rank 2 runs")
+        if not workers:
+            return
+        os.kill(workers[0], signal.SIGKILL)
+        try:
+            p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+        check(p.returncode is not None and p.returncode != 0,
+              f"a worker rank killed by SIGKILL ends the job with a failure status ({p.returncode})")
+        left = wait_gone(model, 10)
+        check(not left, f"and no rank outlives it (left: {sorted(left)})")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        kill_leftovers(model)
+
+
 def failures_at_start(bindir, model):
     p = subprocess.run(mpirun(bindir, 1, model, client=["generate", "--ids", "2", "--max-new-tokens", "1"]),
                        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
     check(p.returncode != 0, f"mpirun -np 1 fails (status {p.returncode})")
     check("needs at least 2 ranks" in p.stderr, "and says it needs at least 2 ranks")
+    check(not wait_gone(model, 10), "and leaves no rank behind")
+
+    # A client command that names no subcommand is refused by every rank before any worker starts.
+    p = subprocess.run(mpirun(bindir, 3, model, client=["layerpipe"]), capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=60)
+    check(p.returncode != 0 and "the client command after -- is empty" in p.stderr and
+          "did not start" not in p.stderr and "listening on" not in p.stdout,
+          f"an empty client command fails at once, saying why (status {p.returncode})")
     check(not wait_gone(model, 10), "and leaves no rank behind")
 
     p = subprocess.run(mpirun(bindir, 3, model, extra=["--device", "cuda:7"]), capture_output=True, text=True,
@@ -242,6 +278,7 @@ def main():
     client_command_job(bindir, model, expected)
     serving_job(src, bindir, model, expected)
     status_reports_mpi(src, bindir, model)
+    worker_crash_job(bindir, model)
     failures_at_start(bindir, model)
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0
