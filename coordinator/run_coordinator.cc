@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "common/host_name.h"
 #include "common/metrics_http.h"
 #include "coordinator/api_service.h"
 #include "coordinator/pipeline.h"
@@ -36,7 +37,7 @@ std::unique_ptr<grpc::Server> StartServer(const std::string& listen,
 // The host part of a listen address, as something others can dial.
 std::string ReachableHost(const std::string& listen) {
   std::string host = listen.substr(0, listen.rfind(':'));
-  if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = "127.0.0.1";
+  if (IsWildcardHost(host)) host = "127.0.0.1";
   return host;
 }
 

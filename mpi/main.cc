@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "backend/backend_factory.h"
 #include "common/dash_flags.h"
+#include "common/host_name.h"
 #include "coordinator/run_coordinator.h"
 #include "mpi/client_command.h"
 #include "mpi/coordinator_rank.h"
@@ -87,10 +88,7 @@ Parsed ParseSettings() {
   c.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   const std::string listen_host = c.listen.substr(0, c.listen.rfind(':'));
-  if (listen_host == "0.0.0.0" || listen_host == "[::]" || listen_host.empty()) {
-    char name[256] = {};
-    if (gethostname(name, sizeof(name) - 1) == 0) c.advertise_host = name;
-  }
+  if (IsWildcardHost(listen_host)) c.advertise_host = LocalHostName(/*fallback=*/"");
 
   WorkerRankSettings& w = p.worker;
   w.listen = absl::GetFlag(FLAGS_worker_listen);

@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/host_name.h"
 #include "mpi/mpi_next_hop.h"
 #include "mpi/mpi_poll.h"
 #include "mpi/rank_protocol.h"
@@ -26,10 +27,7 @@ std::string AdvertisedAddress(const WorkerRankSettings& s, const WorkerServer& s
   std::string host = s.advertise_host;
   if (host.empty()) {
     host = HostOf(server.address());
-    if (host == "0.0.0.0" || host == "[::]" || host.empty()) {
-      char name[256] = {};
-      host = gethostname(name, sizeof(name) - 1) == 0 ? name : "127.0.0.1";
-    }
+    if (IsWildcardHost(host)) host = LocalHostName();
   }
   return absl::StrCat(host, ":", server.port());
 }

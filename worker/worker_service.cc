@@ -1,7 +1,5 @@
 #include "worker/worker_service.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <exception>
 #include <new>
@@ -9,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/host_name.h"
 #include "engine/config.h"
 #include "engine/layer_executor.h"
 #include "worker/byte_size.h"
@@ -78,12 +77,6 @@ absl::Status CheckAssign(const v1::AssignRequest& r, const ModelConfig& config) 
   return absl::OkStatus();
 }
 
-std::string HostName() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
-  return name;
-}
-
 // Rows (tokens) of a frame as sent, whatever its content: a linked frame's rows arrive even when the
 // frame is then refused, and must be taken off the link all the same.
 int64_t SentRows(const v1::StepFrame& frame) {
@@ -96,7 +89,7 @@ int64_t SentRows(const v1::StepFrame& frame) {
 
 WorkerService::WorkerService(const WorkerOptions& options)
     : options_(options),
-      host_name_(options.host_name.empty() ? HostName() : options.host_name),
+      host_name_(options.host_name.empty() ? LocalHostName("unknown-host") : options.host_name),
       worker_kv_budget_(options.kv_budget_bytes > 0 ? options.kv_budget_bytes : DefaultKvBudgetBytes()),
       pool_(options.threads > 0 ? options.threads : DefaultThreadCount()),
       outbox_(options.outbox),
