@@ -14,7 +14,6 @@ A configuration WxT is W workers with T compute threads each.
 import argparse
 import os
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -24,34 +23,32 @@ import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 from pb_loader import load_layerpipe_pb2  # noqa: E402
-
-
-def read_address(proc, what):
-    line = proc.stdout.readline().decode()
-    if "listening on" not in line:
-        raise RuntimeError(f"{what} did not start: {line!r}")
-    return line.split()[-1]
+from proc_harness import Process  # noqa: E402
 
 
 class Cluster:
     def __init__(self, bin_dir, model, workers, threads, prefill_chunk):
         self.procs = []
-        addrs = []
-        for _ in range(workers):
-            p = subprocess.Popen([f"{bin_dir}/layerpipe-worker", "--listen", "127.0.0.1:0", "--threads", str(threads)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-            self.procs.append(p)
-            addrs.append(read_address(p, "worker"))
-        c = subprocess.Popen([f"{bin_dir}/layerpipe-coordinator", "--listen", "127.0.0.1:0", "--model", model,
-                              "--workers", ",".join(addrs), f"--prefill-chunk={prefill_chunk}"],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.procs.append(c)
-        self.address = read_address(c, "coordinator")
+        try:
+            addrs = []
+            for i in range(workers):
+                addrs.append(self.start([f"{bin_dir}/layerpipe-worker", "--listen", "127.0.0.1:0", "--threads",
+                                         str(threads)], f"worker{i}").wait_listening(None))
+            c = self.start([f"{bin_dir}/layerpipe-coordinator", "--listen", "127.0.0.1:0", "--model", model,
+                            "--workers", ",".join(addrs), f"--prefill-chunk={prefill_chunk}"], "coordinator")
+            self.address = c.wait_listening(None)
+        except BaseException:
+            self.close()
+            raise
+
+    def start(self, argv, name):
+        p = Process(argv, name)
+        self.procs.append(p)
+        return p
 
     def close(self):
         for p in self.procs:
-            p.kill()
-            p.wait()
+            p.close()
 
 
 def generate(pb, channel, prompt, new_tokens):

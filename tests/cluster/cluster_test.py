@@ -23,7 +23,6 @@ Every process is started in its own session and killed at the end, pass or fail.
 """
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -32,13 +31,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 
 import numpy as np
 
 sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from proc_harness import Process, ProcessError  # noqa: E402
 
 # The checkpoint: 6 layers, full attention on layers 2 and 5 (full period 3), window 4 (every prompt below is
 # longer), the real 262144-id vocabulary.
@@ -73,92 +73,6 @@ def check(cond, message):
 # Processes
 # ------------------------------------------------------------------------------------------------------
 
-class Proc:
-    """A process in its own session (so that killing its group also gets anything it started); stdout is
-    collected by a thread, stderr goes to a log file."""
-
-    def __init__(self, argv, name, log_dir):
-        self.name = name
-        self.log_path = os.path.join(log_dir, f"{name}.{time.monotonic_ns()}.err")
-        self._log = open(self.log_path, "wb")
-        self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log,
-                                      start_new_session=True)
-        self.out = bytearray()
-        self._cond = threading.Condition()
-        self._eof = False
-        self._closed = False
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self):
-        fd = self.popen.stdout.fileno()
-        while True:
-            chunk = os.read(fd, 65536)
-            with self._cond:
-                if not chunk:
-                    self._eof = True
-                else:
-                    self.out += chunk
-                self._cond.notify_all()
-            if not chunk:
-                return
-
-    @property
-    def pid(self):
-        return self.popen.pid
-
-    def wait_output(self, pred, timeout, what):
-        """Waits until pred(stdout so far) is truthy; returns its value."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                value = pred(bytes(self.out))
-                if value:
-                    return value
-                left = deadline - time.monotonic()
-                if self._eof or left <= 0:
-                    break
-                self._cond.wait(min(left, 0.5))
-        state = "exited" if self.popen.poll() is not None else "still running"
-        raise TestFailure(f"{self.name} ({state}) did not print {what} within {timeout}s\n{self.tail()}")
-
-    def wait_listening(self, timeout=STARTUP_TIMEOUT):
-        m = self.wait_output(lambda out: re.search(rb"listening on (\S+)", out), timeout, "'listening on'")
-        return m.group(1).decode()
-
-    def stderr_text(self):
-        if not self._log.closed:
-            self._log.flush()
-        with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
-
-    def tail(self, n=30):
-        lines = (bytes(self.out).decode(errors="replace") + self.stderr_text()).splitlines()
-        return "\n".join(f"  | {line}" for line in lines[-n:])
-
-    def wait(self, timeout):
-        try:
-            rc = self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise TestFailure(f"{self.name} did not exit within {timeout}s\n{self.tail()}")
-        self._reader.join(10)
-        return rc
-
-    def kill_group(self, sig=signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.popen.pid, sig)
-
-    def close(self):
-        if self._closed:
-            return
-        self._closed = True
-        self.kill_group()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(10)
-        self._reader.join(5)
-        self._log.close()
-
-
 class Env:
     """Paths, the checkpoint, local references, and every process started (all killed by close())."""
 
@@ -175,7 +89,7 @@ class Env:
         self._local_cache = {}
 
     def start(self, argv, name):
-        p = Proc(argv, name, self.logs)
+        p = Process(argv, name, self.logs)
         self.procs.append(p)
         return p
 
@@ -271,14 +185,14 @@ class Cluster:
         for i in range(workers):
             self.workers.append(self._start_worker(i, "127.0.0.1:0"))
         for w in self.workers:
-            self.addresses.append(w.wait_listening())
+            self.addresses.append(w.wait_listening(STARTUP_TIMEOUT))
         argv = [os.path.join(env.bin, "layerpipe-coordinator"), "--listen", "127.0.0.1:0", "--model", env.model,
                 "--workers", ",".join(self.addresses), "--precision", precision]
         if layer_split:
             argv += ["--layer-split", layer_split]
         argv += coordinator_flags
         self.coordinator = env.start(argv, "coordinator")
-        self.address = self.coordinator.wait_listening()
+        self.address = self.coordinator.wait_listening(STARTUP_TIMEOUT)
 
     def _start_worker(self, i, listen):
         return self.env.start([os.path.join(self.env.bin, "layerpipe-worker"), "--listen", listen,
@@ -286,7 +200,7 @@ class Cluster:
 
     def restart_worker(self, i):
         self.workers[i] = self._start_worker(i, self.addresses[i])
-        got = self.workers[i].wait_listening()
+        got = self.workers[i].wait_listening(STARTUP_TIMEOUT)
         check(got.rsplit(":", 1)[-1] == self.addresses[i].rsplit(":", 1)[-1],
               f"restarted worker {i} listens on {got}, not {self.addresses[i]}")
 
@@ -653,7 +567,7 @@ def main():
                 print(f"PASS {test.__name__} ({time.monotonic() - t0:.1f}s)", flush=True)
             except Exception as e:  # noqa: BLE001 - report every failure, then go on
                 failed.append(test.__name__)
-                detail = str(e) if isinstance(e, TestFailure) else traceback.format_exc()
+                detail = str(e) if isinstance(e, (TestFailure, ProcessError)) else traceback.format_exc()
                 print(f"FAIL {test.__name__} ({time.monotonic() - t0:.1f}s): {detail}", flush=True)
             finally:
                 env.close()

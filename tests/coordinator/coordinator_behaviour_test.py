@@ -23,22 +23,13 @@ pb = None
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pb_loader import load_layerpipe_pb2  # noqa: E402
+from proc_harness import Process, small_checkpoint_argv  # noqa: E402
+
+STARTUP_TIMEOUT = 60  # seconds for a server's "listening on" line
 
 
 def load_pb():
     return load_layerpipe_pb2(ARGS.src)
-
-
-def read_address(proc, what, timeout=60):
-    deadline = time.time() + timeout
-    line = ""
-    while time.time() < deadline and "listening on" not in line:
-        line = proc.stdout.readline().decode()
-        if not line and proc.poll() is not None:
-            break
-    if "listening on" not in line:
-        raise RuntimeError(f"{what} did not start")
-    return line.split()[-1]
 
 
 class Cluster:
@@ -47,20 +38,26 @@ class Cluster:
     def __init__(self, model, workers=2, kv_budget=None, coordinator_flags=()):
         self.procs = []
         self.workers = []
-        for _ in range(workers):
-            cmd = [f"{ARGS.bin}/layerpipe-worker", "--listen", "127.0.0.1:0", "--threads", "1"]
-            if kv_budget:
-                cmd += ["--kv-budget", kv_budget]
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-            self.procs.append(p)
-            self.workers.append((p, read_address(p, "worker")))
-        self.coordinator = subprocess.Popen(
-            [f"{ARGS.bin}/layerpipe-coordinator", "--listen", "127.0.0.1:0", "--model", model,
-             "--workers", ",".join(a for _, a in self.workers), *coordinator_flags],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.procs.append(self.coordinator)
-        self.address = read_address(self.coordinator, "coordinator")
+        try:
+            for i in range(workers):
+                cmd = [f"{ARGS.bin}/layerpipe-worker", "--listen", "127.0.0.1:0", "--threads", "1"]
+                if kv_budget:
+                    cmd += ["--kv-budget", kv_budget]
+                p = self.start(cmd, f"worker{i}")
+                self.workers.append((p, p.wait_listening(STARTUP_TIMEOUT)))
+            self.coordinator = self.start(
+                [f"{ARGS.bin}/layerpipe-coordinator", "--listen", "127.0.0.1:0", "--model", model,
+                 "--workers", ",".join(a for _, a in self.workers), *coordinator_flags], "coordinator")
+            self.address = self.coordinator.wait_listening(STARTUP_TIMEOUT)
+        except BaseException:
+            self.close()  # the caller has no Cluster to close yet
+            raise
         self.channel = grpc.insecure_channel(self.address)
+
+    def start(self, argv, name):
+        p = Process(argv, name, ARGS.work)
+        self.procs.append(p)
+        return p
 
     def unary(self, method, request, response_type, timeout=60):
         call = self.channel.unary_unary(f"/layerpipe.v1.LayerPipe/{method}",
@@ -84,11 +81,7 @@ class Cluster:
 
     def close(self):
         for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGCONT)
-                p.kill()
-            p.wait()
-            p.stdout.close()
+            p.close()
 
 
 class CoordinatorBehaviourTest(unittest.TestCase):
@@ -97,10 +90,7 @@ class CoordinatorBehaviourTest(unittest.TestCase):
         cls.model = os.path.join(ARGS.work, "model")
         shutil.rmtree(cls.model, ignore_errors=True)
         # Full layers at 2 and 5; window 8 is shorter than the prompts.
-        subprocess.run([f"{ARGS.bin}/layerpipe", "make-checkpoint", "--out", cls.model, "--layers", "6",
-                        "--hidden", "64", "--intermediate", "128", "--vocab", "512", "--heads", "4",
-                        "--head-dim", "16", "--kv-heads", "2", "--global-head-dim", "32", "--global-kv-heads", "1",
-                        "--window", "8", "--full-period", "3", "--seed", "4", "--max-positions", "200000"],
+        subprocess.run(small_checkpoint_argv(f"{ARGS.bin}/layerpipe", cls.model, seed=4, max_positions=200000),
                        check=True, stdout=subprocess.DEVNULL)
 
     def test_request_that_can_never_fit_is_refused_with_the_numbers(self):
@@ -235,10 +225,8 @@ class DrainTest(unittest.TestCase):
             self.assertEqual(len(result["ids"]), 400)
             self.assertEqual(worker.wait(30), 0)
             # A replacement on the same address serves the range again.
-            p = subprocess.Popen([f"{ARGS.bin}/layerpipe-worker", "--listen", address, "--threads", "1"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-            c.procs.append(p)
-            read_address(p, "replacement worker")
+            c.start([f"{ARGS.bin}/layerpipe-worker", "--listen", address, "--threads", "1"],
+                    "replacement-worker").wait_listening(STARTUP_TIMEOUT)
             deadline = time.time() + 30
             while True:
                 try:

@@ -17,6 +17,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from proc_harness import small_checkpoint_argv  # noqa: E402
+
 failures = []
 
 
@@ -69,10 +72,8 @@ def mpirun_cmd(src, np, model, port, rendezvous, client):
 
 def run_cluster(src, bindir, work):
     model = os.path.join(work, "ckpt")
-    subprocess.run([os.path.join(bindir, "layerpipe"), "make-checkpoint", "--out", model, "--layers", "6",
-                    "--hidden", "64", "--intermediate", "128", "--vocab", "512", "--heads", "4", "--head-dim", "16",
-                    "--kv-heads", "2", "--global-head-dim", "32", "--global-kv-heads", "1", "--window", "8",
-                    "--full-period", "3", "--seed", "4"], check=True, capture_output=True)
+    subprocess.run(small_checkpoint_argv(os.path.join(bindir, "layerpipe"), model, seed=4), check=True,
+                   capture_output=True)
     client = ["generate", "--ids", "2,5,6,7", "--max-new-tokens", "12", "--print-ids"]
     local = subprocess.run([os.path.join(bindir, "layerpipe")] + client[:1] + ["--model", model] + client[1:],
                            capture_output=True, text=True, timeout=60)

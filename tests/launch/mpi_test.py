@@ -12,6 +12,7 @@
    device the build lacks) fails the whole job and names the rank.
 """
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -20,6 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from proc_harness import Process, ProcessError, small_checkpoint_argv  # noqa: E402
 
 failures = []
 PROMPT = "2,5,6,7,9,11,13,3,4,8,10"  # 11 tokens: longer than the checkpoint's window of 8
@@ -86,7 +90,6 @@ def frames_over_mpi(stderr, rank):
 
 
 def worker_status(src, address):
-    sys.path.insert(0, os.path.join(src, "tests"))
     import grpc
     from pb_loader import load_layerpipe_pb2
     pb = load_layerpipe_pb2(src)
@@ -118,20 +121,23 @@ def client_command_job(bindir, model, expected):
     kill_leftovers(model)
 
 
-def serving_job(src, bindir, model, expected):
-    p = subprocess.Popen(mpirun(bindir, 3, model), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         stdin=subprocess.DEVNULL)
+def first_line(p):
+    """The first line p prints on stdout, however long that takes (what is there if stdout closes first)."""
     try:
-        address = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = p.stdout.readline()
-            if not line:
-                break
-            m = re.match(r"layerpipe-mpi listening on (\S+)", line)
-            if m:
-                address = m.group(1)
-                break
+        return p.wait_output(lambda out: out[:out.index(b"\n") + 1] if b"\n" in out else None, None,
+                             "a line").decode(errors="replace")
+    except ProcessError:
+        return p.stdout_text()
+
+
+def serving_job(src, bindir, model, expected):
+    p = Process(mpirun(bindir, 3, model), "mpirun")
+    try:
+        try:
+            address = p.wait_for(r"(?m)^layerpipe-mpi listening on (\S+)", 60).group(1)
+        except ProcessError as e:
+            address = None
+            print(e)
         check(address is not None, f"serving, rank 0 prints its address ({address})")
         if address is None:
             return
@@ -152,78 +158,62 @@ def serving_job(src, bindir, model, expected):
 
         workers = [pid for pid, r in ranks.items() if r == 2]
         os.kill(workers[0], signal.SIGTERM)
-        out, err = p.communicate(timeout=60)
-        check(p.returncode == 0, f"SIGTERM to worker rank 2 stops the whole job with status 0 ({p.returncode})")
+        rc = p.wait(60)
+        err = p.stderr_text()
+        check(rc == 0, f"SIGTERM to worker rank 2 stops the whole job with status 0 ({rc})")
         check("[rank 0]: stopping the job: rank 2 got signal 15" in err, "rank 0 stopped it at rank 2's request")
         addresses = re.search(r"workers in rank order: (\S+)", err)
         check(addresses is not None, "rank 0 lists the workers")
         left = wait_gone(model, 10)
         check(not left, f"no rank outlives the job (left: {sorted(left)})")
-        if p.returncode != 0:
+        if rc != 0:
             print("--- stderr:\n" + err)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        p.close()
         kill_leftovers(model)
 
 
 def status_reports_mpi(src, bindir, model):
     """The first worker's WorkerStatus says its next hop is MPI, the last one's says nothing."""
-    p = subprocess.Popen(mpirun(bindir, 3, model), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         stdin=subprocess.DEVNULL)
+    p = Process(mpirun(bindir, 3, model), "mpirun")
     try:
-        line = p.stdout.readline()
-        check(line.startswith("layerpipe-mpi listening on"), "the job serves")
+        check(first_line(p).startswith("layerpipe-mpi listening on"), "the job serves")
         root = [pid for pid, r in ranks_of(model).items() if r == 0]
         # Rank 0 named the workers on stderr before it listened.
-        err_lines = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            l = p.stderr.readline()
-            err_lines.append(l)
-            if "stage 1 at" in l:
-                break
-        m = re.search(r"workers in rank order: (\S+),(\S+)", "".join(err_lines))
+        with contextlib.suppress(ProcessError):
+            p.wait_stderr(r"stage 1 at", 30)
+        m = re.search(r"workers in rank order: (\S+),(\S+)", p.stderr_text())
         check(m is not None, "rank 0 names the workers")
         if m:
             first, last = worker_status(src, m.group(1)), worker_status(src, m.group(2))
             check(first.next_hop_transport == "mpi", f"stage 0's WorkerStatus: next hop '{first.next_hop_transport}'")
             check(last.next_hop_transport == "", f"the last stage's: '{last.next_hop_transport}' (none)")
         os.kill(root[0], signal.SIGTERM)
-        p.communicate(timeout=60)
-        check(p.returncode == 0, f"SIGTERM to rank 0 stops the job with status 0 ({p.returncode})")
+        rc = p.wait(60)
+        check(rc == 0, f"SIGTERM to rank 0 stops the job with status 0 ({rc})")
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        p.close()
         kill_leftovers(model)
 
 
 def worker_crash_job(bindir, model):
     """A worker rank that dies (SIGKILL: no chance to tell rank 0) ends the job instead of hanging it."""
-    p = subprocess.Popen(mpirun(bindir, 3, model), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         stdin=subprocess.DEVNULL)
+    p = Process(mpirun(bindir, 3, model), "mpirun")
     try:
-        line = p.stdout.readline()
-        check(line.startswith("layerpipe-mpi listening on"), "the job serves")
+        check(first_line(p).startswith("layerpipe-mpi listening on"), "the job serves")
         workers = [pid for pid, r in ranks_of(model).items() if r == 2]
         check(len(workers) == 1, "worker rank 2 runs")
         if not workers:
             return
         os.kill(workers[0], signal.SIGKILL)
-        try:
-            p.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            pass
-        check(p.returncode is not None and p.returncode != 0,
-              f"a worker rank killed by SIGKILL ends the job with a failure status ({p.returncode})")
+        with contextlib.suppress(ProcessError):
+            p.wait(60)
+        rc = p.popen.returncode
+        check(rc is not None and rc != 0, f"a worker rank killed by SIGKILL ends the job with a failure status ({rc})")
         left = wait_gone(model, 10)
         check(not left, f"and no rank outlives it (left: {sorted(left)})")
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        p.close()
         kill_leftovers(model)
 
 
@@ -267,10 +257,8 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     model = os.path.join(work, "ckpt")
-    subprocess.run([os.path.join(bindir, "layerpipe"), "make-checkpoint", "--out", model, "--layers", "6",
-                    "--hidden", "64", "--intermediate", "128", "--vocab", "512", "--heads", "4", "--head-dim", "16",
-                    "--kv-heads", "2", "--global-head-dim", "32", "--global-kv-heads", "1", "--window", "8",
-                    "--full-period", "3", "--seed", "4"], check=True, capture_output=True)
+    subprocess.run(small_checkpoint_argv(os.path.join(bindir, "layerpipe"), model, seed=4), check=True,
+                   capture_output=True)
     local = subprocess.run([os.path.join(bindir, "layerpipe"), "generate", "--model", model, "--ids", PROMPT,
                             "--max-new-tokens", NEW_TOKENS, "--print-ids"], capture_output=True, text=True, timeout=60)
     expected = last_ids_line(local.stdout)

@@ -13,11 +13,13 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import unittest
 import urllib.error
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from proc_harness import Process, small_checkpoint_argv  # noqa: E402
 
 ARGS = None
 STARTUP_TIMEOUT = 60
@@ -83,49 +85,18 @@ def scrape(port, path="/metrics"):
         return Scrape(resp.read().decode())
 
 
-class Server:
+class Server(Process):
     """A layerpipe server process: its "listening on" address from stdout, its metrics port from stderr."""
 
     def __init__(self, argv, what):
-        self.what = what
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
-        self.stderr_lines = []
-        self.metrics_port = None
-        got_port = threading.Event()
-
-        def read_stderr():
-            for raw in self.proc.stderr:
-                line = raw.decode(errors="replace")
-                self.stderr_lines.append(line)
-                m = re.search(r"metrics on http://[^\s/]+:(\d+)/metrics", line)
-                if m and self.metrics_port is None:
-                    self.metrics_port = int(m.group(1))
-                    got_port.set()
-        self.stderr_thread = threading.Thread(target=read_stderr, daemon=True)
-        self.stderr_thread.start()
-        self.address = self._read_address()
-        # The metrics line is written before the listening line, so it is there (or never will be).
-        if not got_port.wait(10):
-            raise RuntimeError(f"{what} printed no metrics port:\n{''.join(self.stderr_lines)}")
-
-    def _read_address(self):
-        deadline = time.time() + STARTUP_TIMEOUT
-        while time.time() < deadline:
-            line = self.proc.stdout.readline().decode()
-            if "listening on" in line:
-                return line.split()[-1]
-            if not line and self.proc.poll() is not None:
-                break
-        raise RuntimeError(f"{self.what} did not start:\n{''.join(self.stderr_lines)}")
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self.stderr_thread.join(10)
-        self.proc.stdout.close()
-        self.proc.stderr.close()
+        super().__init__(argv, what, ARGS.work)
+        try:
+            self.address = self.wait_listening(STARTUP_TIMEOUT)
+            # The metrics line is written before the listening line, so it is there (or never will be).
+            self.metrics_port = int(self.wait_stderr(r"metrics on http://[^\s/]+:(\d+)/metrics", 10).group(1))
+        except BaseException:
+            self.close()  # not in the test's list yet, so tearDown would not stop it
+            raise
 
 
 class MetricsEndToEndTest(unittest.TestCase):
@@ -135,10 +106,7 @@ class MetricsEndToEndTest(unittest.TestCase):
         os.makedirs(ARGS.work)
         cls.model = os.path.join(ARGS.work, "model")
         # 6 layers, full attention at 2 and 5, a window of 8 shorter than the prompts: both kinds of KV.
-        subprocess.run([f"{ARGS.bin}/layerpipe", "make-checkpoint", "--out", cls.model, "--layers", "6",
-                        "--hidden", "64", "--intermediate", "128", "--vocab", "512", "--heads", "4",
-                        "--head-dim", "16", "--kv-heads", "2", "--global-head-dim", "32", "--global-kv-heads", "1",
-                        "--window", "8", "--full-period", "3", "--seed", "7", "--max-positions", "200000"],
+        subprocess.run(small_checkpoint_argv(f"{ARGS.bin}/layerpipe", cls.model, seed=7, max_positions=200000),
                        check=True, stdout=subprocess.DEVNULL)
 
     def setUp(self):
@@ -146,7 +114,7 @@ class MetricsEndToEndTest(unittest.TestCase):
 
     def tearDown(self):
         for s in self.servers:
-            s.kill()
+            s.close()
 
     def start(self, argv, what):
         s = Server(argv, what)

@@ -17,12 +17,8 @@ the right client gets the tokens of a local run, and that everything else is ref
 """
 
 import argparse
-import contextlib
 import os
-import re
-import select
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -43,62 +39,13 @@ HANDSHAKE_REFUSED = grpc.StatusCode.UNAVAILABLE
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pb_loader import load_layerpipe_pb2  # noqa: E402
+from proc_harness import Process, small_checkpoint_argv  # noqa: E402
+
+STARTUP_TIMEOUT = 120  # seconds for a server to print what it announces
 
 
 def load_pb():
     return load_layerpipe_pb2(ARGS.src)
-
-
-class Proc:
-    """A server process; stdout is read line by line for what it announces, stderr goes to a log file."""
-
-    def __init__(self, argv, name):
-        self.name = name
-        self.log_path = os.path.join(ARGS.work, f"{name}.log")
-        self.log = open(self.log_path, "wb")
-        # gRPC logs refused handshakes at ERROR, which the worker test looks for.
-        env = {**os.environ, "GRPC_VERBOSITY": "ERROR"}
-        self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log,
-                                      start_new_session=True, env=env)
-        self.seen = ""
-
-    def wait_for(self, pattern, timeout=120):
-        """The first match of `pattern` in stdout, waiting for it at most `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        fd = self.popen.stdout.fileno()
-        while True:
-            m = re.search(pattern, self.seen)
-            if m:
-                return m
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
-            if ready:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                self.seen += chunk.decode(errors="replace")
-        raise AssertionError(f"{self.name} did not print /{pattern}/:\n{self.seen}\n{self.stderr()}")
-
-    def stderr(self, start=0, limit=3000):
-        """stderr from byte `start`, its last `limit` characters."""
-        self.log.flush()
-        with open(self.log_path, "rb") as f:
-            f.seek(start)
-            text = f.read().decode(errors="replace")
-        return text[-limit:] if limit else text
-
-    def stderr_size(self):
-        return os.path.getsize(self.log_path)
-
-    def close(self):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(10)
-        self.popen.stdout.close()
-        self.log.close()
 
 
 def pki(name):
@@ -138,10 +85,8 @@ class SecurityTest(unittest.TestCase):
         subprocess.run(["bash", os.path.join(ARGS.src, "tests/security/make_test_certs.sh"), pki("")], check=True)
         cls.model = os.path.join(ARGS.work, "model")
         # Positions enough for the long streams of the limit test.
-        subprocess.run([f"{ARGS.bin}/layerpipe", "make-checkpoint", "--out", cls.model, "--layers", str(LAYERS),
-                        "--hidden", "64", "--intermediate", "128", "--vocab", "512", "--heads", "4",
-                        "--head-dim", "16", "--kv-heads", "2", "--global-head-dim", "32", "--global-kv-heads", "1",
-                        "--window", "8", "--full-period", "3", "--seed", "9", "--max-positions", "200000"],
+        subprocess.run(small_checkpoint_argv(f"{ARGS.bin}/layerpipe", cls.model, seed=9, max_positions=200000,
+                                             layers=LAYERS),
                        check=True, stdout=subprocess.DEVNULL)
         cls.tokens_path = os.path.join(ARGS.work, "tokens")
         write_tokens(cls.tokens_path, TOKENS)
@@ -154,7 +99,7 @@ class SecurityTest(unittest.TestCase):
         for i in range(2):
             w = cls.start([f"{ARGS.bin}/layerpipe-worker", "--listen", "127.0.0.1:0", "--threads", "1", *worker_tls],
                           f"worker{i}")
-            cls.workers.append(w.wait_for(r"listening on (\S+)").group(1))
+            cls.workers.append(w.wait_listening(STARTUP_TIMEOUT))
         c = cls.start([f"{ARGS.bin}/layerpipe-coordinator", "--listen", "127.0.0.1:0", "--model", cls.model,
                        "--workers", ",".join(cls.workers),
                        "--tls-cert", pki("api.pem"), "--tls-key", pki("api.key"),
@@ -162,13 +107,14 @@ class SecurityTest(unittest.TestCase):
                        "--peer-ca", pki("cluster-ca.pem"),
                        "--auth-tokens", cls.tokens_path, f"--max-concurrent-per-client={LIMIT}"], "coordinator")
         cls.coordinator = c
-        cls.peer_address = c.wait_for(r"peer port on (\S+)").group(1)
-        cls.address = c.wait_for(r"listening on (\S+)").group(1)
+        cls.peer_address = c.wait_for(r"peer port on (\S+)", STARTUP_TIMEOUT).group(1)
+        cls.address = c.wait_listening(STARTUP_TIMEOUT)
         cls.api = grpc.secure_channel(cls.address, grpc.ssl_channel_credentials(read(pki("api-ca.pem"))))
 
     @classmethod
     def start(cls, argv, name):
-        p = Proc(argv, name)
+        # gRPC logs refused handshakes at ERROR, which the worker test looks for.
+        p = Process(argv, name, ARGS.work, env={**os.environ, "GRPC_VERBOSITY": "ERROR"})
         cls.procs.append(p)
         return p
 
@@ -278,7 +224,7 @@ class SecurityTest(unittest.TestCase):
                 self.refused(HANDSHAKE_REFUSED, lambda: self.rpc(ch, "/layerpipe.v1.Worker/Step", step, pb.StepAck))
         # The worker refused them (not the client giving up), and nothing got through: same epochs, and the
         # cluster still serves.
-        log = self.procs[0].stderr(log_start, limit=None)
+        log = self.procs[0].stderr_text(log_start)
         self.assertIn("certificate verify failed", log)
         self.assertIn("peer did not return a certificate", log)
         self.assertEqual([self.worker_status(w).epoch for w in self.workers], before)
@@ -310,7 +256,7 @@ class SecurityTest(unittest.TestCase):
         except subprocess.TimeoutExpired:
             self.fail("the rogue coordinator is still trying")
         self.assertNotEqual(rc, 0)
-        self.assertIn("the pipeline did not start", rogue.stderr())
+        self.assertIn("the pipeline did not start", rogue.stderr_text()[-3000:])
         self.assertEqual([self.worker_status(w).epoch for w in self.workers], before)
 
     def test_per_client_limit_refuses_the_extra_stream_only(self):
