@@ -394,6 +394,10 @@ absl::Status CudaBackend::Step(absl::Span<const SequenceSlice> slices, const Ste
     return absl::OkStatus();
   }
   LP_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  // The kernel launches check the thread's last error: one that an earlier failed call left there (a
+  // failed step's, a destructor's ignored free) would fail this step with a stale message. Sticky
+  // errors are not cleared and still surface.
+  cudaGetLastError();
   for (const SequenceSlice& s : slices) {
     auto* kv = static_cast<DeviceSequenceKv*>(s.kv);
     for (int local = 0; local < kv->num_layers(); ++local) LP_RETURN_IF_ERROR(kv->layer(local).Reserve(s.kv->length() + s.n));

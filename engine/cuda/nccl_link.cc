@@ -66,6 +66,48 @@ absl::Status AwaitStream(cudaStream_t stream, const std::atomic<bool>* give_up, 
   }
 }
 
+// Whether this process has a context on `device` (a stage of its own there); false when unsure.
+bool PrimaryContextActive(int device) {
+  using GetDevice = CUresult (*)(CUdevice*, int);
+  using GetState = CUresult (*)(CUdevice, unsigned int*, int*);
+  static const GetDevice get_device = DriverEntryPoint<GetDevice>("cuDeviceGet");
+  static const GetState get_state = DriverEntryPoint<GetState>("cuDevicePrimaryCtxGetState");
+  CUdevice dev = 0;
+  unsigned int flags = 0;
+  int active = 0;
+  return get_device != nullptr && get_state != nullptr && get_device(&dev, device) == CUDA_SUCCESS &&
+         get_state(dev, &flags, &active) == CUDA_SUCCESS && active != 0;
+}
+
+// Rows come from `device`'s default pool (device_rows.h), whose memory no other device may touch
+// until the pool says so; peer access (cudaDeviceEnablePeerAccess) does not cover pools. NCCL between
+// two devices of one process reads or writes the peer's rows directly ("P2P/direct pointer"), which
+// would fault, so every other device of this process that can reach this one gets access. Devices
+// without a context here (another process's) are left alone: granting would create one on them.
+absl::Status GrantPeersPoolAccess(int device) {
+  int count = 0;
+  LP_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  cudaMemPool_t pool = nullptr;
+  LP_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, device));
+  for (int peer = 0; peer < count; ++peer) {
+    if (peer == device) continue;
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, peer, device) != cudaSuccess || can == 0) continue;
+    if (!PrimaryContextActive(peer)) continue;
+    cudaMemLocation where{};
+    where.type = cudaMemLocationTypeDevice;
+    where.id = peer;
+    cudaMemAccessFlags now = cudaMemAccessFlagsProtNone;
+    LP_CUDA_RETURN_IF_ERROR(cudaMemPoolGetAccess(&now, pool, &where));
+    if (now == cudaMemAccessFlagsProtReadWrite) continue;
+    cudaMemAccessDesc desc{};
+    desc.location = where;
+    desc.flags = cudaMemAccessFlagsProtReadWrite;
+    LP_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAccess(pool, &desc, 1));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> NewNcclLinkId() {
@@ -102,8 +144,14 @@ absl::StatusOr<std::unique_ptr<PeerLink>> JoinNcclLink(int device, const std::st
   // host until the peer makes its own. The worker sends a step's rows before the frame that makes the
   // receiver post its receive, so that first transfer must not be a step's: one value goes across here,
   // while both ends are joining anyway.
+  // The probe comes from the pool on the link stream: cudaFree would wait for the whole device, where
+  // the stage's other link may hold a transfer that waits for its own peer.
   float* probe = nullptr;
-  if (joined.ok()) joined = CudaStatus(cudaMalloc(&probe, sizeof(float)), "cudaMalloc");
+  if (joined.ok()) joined = GrantPeersPoolAccess(device);
+  if (joined.ok()) {
+    joined = CudaStatus(cudaMallocAsync(reinterpret_cast<void**>(&probe), sizeof(float), (*stream)->get()),
+                        "cudaMallocAsync");
+  }
   if (joined.ok()) {
     const ncclResult_t w = rank == 0 ? ncclSend(probe, 1, ncclFloat32, 1, comm, (*stream)->get())
                                      : ncclRecv(probe, 1, ncclFloat32, 0, comm, (*stream)->get());
@@ -114,17 +162,17 @@ absl::StatusOr<std::unique_ptr<PeerLink>> JoinNcclLink(int device, const std::st
   }
   if (!joined.ok()) {
     if (comm != nullptr) ncclCommAbort(comm);
-    // The aborted transfer has let go of the probe once the stream drains.
-    cudaStreamSynchronize((*stream)->get());
-    if (probe != nullptr) cudaFree(probe);
+    // Freed in order behind the aborted transfer; nothing here waits for it to end.
+    if (probe != nullptr) cudaFreeAsync(probe, (*stream)->get());
     cudaGetLastError();
     return joined;
   }
-  cudaFree(probe);
+  cudaFreeAsync(probe, (*stream)->get());
   return std::unique_ptr<PeerLink>(new NcclPeerLink(device, rank, comm, *std::move(stream)));
 }
 
 void NcclPeerLink::Abort() {
+  abort_requested_.store(true, std::memory_order_release);  // see abort_requested_
   std::lock_guard<std::mutex> lock(mu_);
   AbortLocked();
 }
@@ -167,8 +215,9 @@ absl::Status NcclPeerLink::Healthy() {
 void NcclPeerLink::Reap() {
   while (!pending_.empty()) {
     Pending& p = pending_.front();
-    // An untracked transfer (its event could not be recorded) is kept until the link goes.
-    if (p.done == nullptr || cudaEventQuery(p.done) != cudaSuccess) break;
+    // An untracked transfer (its event could not be recorded, or not yet: see FinishEnqueue) is kept
+    // until it is tracked or the link goes; an event never recorded would read as complete.
+    if (p.done == nullptr || !p.recorded || cudaEventQuery(p.done) != cudaSuccess) break;
     cudaEventDestroy(p.done);
     pending_.pop_front();
   }
@@ -181,8 +230,24 @@ absl::Status NcclPeerLink::Track(Pending p) {
     cudaEventDestroy(p.done);
     p.done = nullptr;
   }
+  p.recorded = e == cudaSuccess;
   pending_.push_back(std::move(p));
   return CudaStatus(e, "cudaEventRecord after a peer transfer");
+}
+
+absl::Status NcclPeerLink::FinishEnqueue() {
+  if (!enqueue_in_progress_) return absl::OkStatus();
+  const absl::Status st = AwaitComm(comm_, &abort_requested_, absl::Now() + absl::Seconds(kPeerLinkJoinTimeoutSeconds),
+                                    "an earlier ncclSend");
+  if (!st.ok()) {
+    AbortLocked();  // the communicator's state is unknown; the rows stay with the link until it goes
+    return st;
+  }
+  enqueue_in_progress_ = false;
+  for (Pending& p : pending_) {
+    if (p.done != nullptr && !p.recorded) p.recorded = cudaEventRecord(p.done, stream_->get()) == cudaSuccess;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status NcclPeerLink::Send(std::shared_ptr<const DeviceRows> rows) {
@@ -197,6 +262,7 @@ absl::Status NcclPeerLink::Send(std::shared_ptr<const DeviceRows> rows) {
   if (aborted_) return absl::UnavailableError("the peer link was aborted");
   ScopedDevice on(device_);
   LP_RETURN_IF_ERROR(on.status());
+  LP_RETURN_IF_ERROR(FinishEnqueue());
   Reap();
   LP_RETURN_IF_ERROR(Healthy());
   // Empty rows travel as nothing: the receiver, asked for the same empty shape, queues nothing either.
@@ -207,15 +273,14 @@ absl::Status NcclPeerLink::Send(std::shared_ptr<const DeviceRows> rows) {
   ncclResult_t sent = ncclSuccess;
   if (waited == cudaSuccess) {
     sent = ncclSend(r->data(), static_cast<size_t>(r->rows() * r->width()), ncclFloat32, 1, comm_, stream_->get());
-    // The communicator is nonblocking (JoinNcclLink): a call may still be finishing its enqueue.
+    // The communicator is nonblocking (JoinNcclLink): NCCL may still be finishing the enqueue, e.g.
+    // connecting to the peer, which needs the peer's matching receive, and the peer posts that only
+    // when the frame this send precedes reaches it. So no waiting here: the next call finishes it.
     if (sent == ncclInProgress) {
-      const absl::Status st =
-          AwaitComm(comm_, nullptr, absl::Now() + absl::Seconds(kPeerLinkJoinTimeoutSeconds), "ncclSend");
-      if (!st.ok()) {
-        cudaEventDestroy(p.done);
-        return st;
-      }
-      sent = ncclSuccess;
+      enqueue_in_progress_ = true;
+      p.sent = std::move(rows);
+      pending_.push_back(std::move(p));  // its event is recorded by FinishEnqueue
+      return absl::OkStatus();
     }
   }
   if (waited != cudaSuccess || sent != ncclSuccess) {
@@ -247,8 +312,14 @@ absl::StatusOr<std::unique_ptr<DeviceRows>> NcclPeerLink::Receive(int64_t rows, 
   const ncclResult_t got = ncclRecv((*out)->data(), static_cast<size_t>(rows * width), ncclFloat32, 0, comm_,
                                     stream_->get());
   absl::Status queued = NcclStatus(got == ncclInProgress ? ncclSuccess : got, "ncclRecv");
-  if (queued.ok() && got == ncclInProgress) {  // see Send
-    queued = AwaitComm(comm_, nullptr, absl::Now() + absl::Seconds(kPeerLinkJoinTimeoutSeconds), "ncclRecv");
+  // Unlike a send, a receive may wait for its enqueue to finish: the worker posts it when the frame
+  // arrives, after the peer's matching send was already called.
+  if (queued.ok() && got == ncclInProgress) {
+    queued = AwaitComm(comm_, &abort_requested_, absl::Now() + absl::Seconds(kPeerLinkJoinTimeoutSeconds),
+                       "ncclRecv");
+    // See Send: end the link before the rows' free goes on the stream, so no receive into them can be
+    // enqueued after it.
+    if (!queued.ok()) AbortLocked();
   }
   if (!queued.ok()) {
     cudaEventDestroy(p.done);

@@ -54,9 +54,14 @@ class NcclPeerLink final : public PeerLink {
   // A queued transfer: `done` is recorded after it on the link stream.
   struct Pending {
     cudaEvent_t done = nullptr;
+    bool recorded = false;                      // `done` follows the transfer on the stream
     std::shared_ptr<const DeviceRows> sent;     // a send's rows, kept alive until `done`
     std::shared_ptr<std::atomic<bool>> lost;    // a receive's flag, raised if it is abandoned
   };
+
+  // A send whose enqueue NCCL was still finishing (ncclInProgress) when Send returned: waits for it,
+  // then records the pending transfers' events. Every NCCL call on the communicator comes after this.
+  absl::Status FinishEnqueue();
 
   // Fails once the communicator has an asynchronous error (e.g. the peer went away).
   absl::Status Healthy();
@@ -74,6 +79,10 @@ class NcclPeerLink final : public PeerLink {
   std::mutex mu_;  // NCCL calls on one communicator must not race
   std::deque<Pending> pending_;
   bool aborted_ = false;
+  // Raised by Abort before it takes mu_: a Send or Receive waiting (with mu_ held) for NCCL to finish
+  // enqueuing gives up at once instead of holding Abort back for up to the join timeout.
+  std::atomic<bool> abort_requested_{false};
+  bool enqueue_in_progress_ = false;  // see FinishEnqueue
 };
 
 #endif  // LAYERPIPE_HAVE_NCCL

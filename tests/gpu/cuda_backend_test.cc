@@ -633,8 +633,9 @@ TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
     }
   }
 
-  // Each stage on its own thread, as in two worker processes: the link's first transfer connects the
-  // two ends, which needs both to be inside NCCL at once.
+  // Each stage on its own thread, as in two worker processes. The sender queues every step before the
+  // receiver posts a single receive: a worker sends a step's rows before the frame that makes the next
+  // worker post the receive, so Send must never wait for the peer (connecting included).
   std::vector<std::vector<float>> got(steps.size());
   absl::Status sent_ok, received_ok;
   std::thread sender([&] {
@@ -647,6 +648,7 @@ TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
       if (sent_ok.ok()) sent_ok = (*out_link)->Send(std::shared_ptr<const DeviceRows>(*std::move(rows)));
     }
   });
+  sender.join();
   std::thread receiver([&] {
     std::vector<std::unique_ptr<SequenceState>> kv;
     kv.push_back(second.NewSequence());
@@ -661,7 +663,6 @@ TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
       if (received_ok.ok()) got[i] = ToHost(**out);
     }
   });
-  sender.join();
   receiver.join();
   ASSERT_TRUE(sent_ok.ok()) << sent_ok;
   ASSERT_TRUE(received_ok.ok()) << received_ok;
