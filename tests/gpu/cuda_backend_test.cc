@@ -10,8 +10,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -633,9 +635,12 @@ TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
     }
   }
 
-  // Each stage on its own thread, as in two worker processes. The sender queues every step before the
-  // receiver posts a single receive: a worker sends a step's rows before the frame that makes the next
-  // worker post the receive, so Send must never wait for the peer (connecting included).
+  // Each stage on its own thread, as in two worker processes, in the workers' order: the receive for a
+  // step is posted only once its Send has returned (a worker sends a step's rows before the frame that
+  // makes the next worker post the receive), so a Send that waited for its peer would hang here.
+  std::mutex order_mu;
+  std::condition_variable order_cv;
+  size_t sends_returned = 0;
   std::vector<std::vector<float>> got(steps.size());
   absl::Status sent_ok, received_ok;
   std::thread sender([&] {
@@ -646,14 +651,21 @@ TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
       auto rows = first.ForwardToDevice(Slices(kv, steps[i]), embedded[i].data(), nullptr);
       sent_ok = rows.status();
       if (sent_ok.ok()) sent_ok = (*out_link)->Send(std::shared_ptr<const DeviceRows>(*std::move(rows)));
+      std::lock_guard<std::mutex> lock(order_mu);
+      sends_returned = sent_ok.ok() ? i + 1 : steps.size();
+      order_cv.notify_all();
     }
   });
-  sender.join();
   std::thread receiver([&] {
     std::vector<std::unique_ptr<SequenceState>> kv;
     kv.push_back(second.NewSequence());
     kv.push_back(second.NewSequence());
     for (size_t i = 0; i < steps.size() && received_ok.ok(); ++i) {
+      {
+        std::unique_lock<std::mutex> lock(order_mu);
+        order_cv.wait(lock, [&] { return sends_returned > i; });
+      }
+      if (!sent_ok.ok()) break;
       const int64_t rows = static_cast<int64_t>(embedded[i].size()) / H;
       auto in = (*in_link)->Receive(rows, H);
       received_ok = in.status();
@@ -663,6 +675,7 @@ TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
       if (received_ok.ok()) got[i] = ToHost(**out);
     }
   });
+  sender.join();
   receiver.join();
   ASSERT_TRUE(sent_ok.ok()) << sent_ok;
   ASSERT_TRUE(received_ok.ok()) << received_ok;
