@@ -98,12 +98,19 @@ WorkerService::WorkerService(const WorkerOptions& options)
 WorkerService::~WorkerService() { Stop(); }
 
 void WorkerService::RetireLinks(Assignment& a) {
+  std::shared_ptr<PeerLink> inbound;
   {
     std::lock_guard<std::mutex> lock(a.retire_mu);
     a.retired.store(true, std::memory_order_release);
-    if (a.joined) a.joined->Abort();
+    inbound = a.joined;
   }
-  if (a.next) a.next->Retire();
+  // Both directions at once: aborting one link may wait on the device until the other's transfer,
+  // stuck on a dead peer, is aborted too.
+  std::thread outbound([&a] {
+    if (a.next) a.next->Retire();
+  });
+  if (inbound) inbound->Abort();
+  outbound.join();
 }
 
 void WorkerService::Stop() {
