@@ -48,6 +48,7 @@ struct Channel {
   std::condition_variable cv;
   int joined = 0;
   bool aborted = false;
+  int waiting = 0;  // receives blocked for want of rows
   std::deque<std::shared_ptr<const DeviceRows>> in_flight;
   int64_t sent = 0, received = 0;
 };
@@ -96,9 +97,11 @@ class FakeLink final : public PeerLink {
     if (rank_ != 1) return absl::FailedPreconditionError("only rank 1 receives");
     std::unique_lock<std::mutex> lock(c_->mu);
     // The sender queues its rows before the frame leaves, so they are here (or about to be).
-    if (!c_->cv.wait_for(lock, std::chrono::seconds(10), [&] { return c_->aborted || !c_->in_flight.empty(); })) {
-      return absl::DeadlineExceededError("nothing arrived on the link");
-    }
+    ++c_->waiting;
+    const bool woke =
+        c_->cv.wait_for(lock, std::chrono::seconds(10), [&] { return c_->aborted || !c_->in_flight.empty(); });
+    --c_->waiting;
+    if (!woke) return absl::DeadlineExceededError("nothing arrived on the link");
     if (c_->aborted) return absl::UnavailableError("the link was aborted");
     auto got = std::move(c_->in_flight.front());
     c_->in_flight.pop_front();
@@ -400,7 +403,14 @@ TEST_F(DeviceHandoffTest, ANewAssignmentAbortsALinkWaitingForRowsThatNeverCome) 
   AddSlice(&f, 1, 0, kPromptB, true);
   grpc::Status stuck;
   std::thread announce([&] { stuck = pipe.Send(0, f); });
-  absl::SleepFor(absl::Milliseconds(200));  // the receive is waiting now
+  std::shared_ptr<Channel> channel = Channels::Get().Of(zero.link_id);
+  for (absl::Time give_up = absl::Now() + absl::Seconds(10); absl::Now() < give_up;) {
+    {
+      std::lock_guard<std::mutex> lock(channel->mu);
+      if (channel->waiting > 0) break;  // the worker's receive is waiting now
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
 
   // The coordinator replaces the pipeline: the wait ends at once, not after the link's own timeout.
   const absl::Time start = absl::Now();
