@@ -8,6 +8,9 @@
 
 namespace layerpipe {
 
+// "host:port" → "host"; "[::1]:0" → "[::1]". The whole string when it has no port.
+std::string HostOf(const std::string& address);
+
 // This machine's host name (gethostname); `fallback` when it has none.
 std::string LocalHostName(const std::string& fallback = "127.0.0.1");
 

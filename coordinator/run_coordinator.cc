@@ -36,9 +36,8 @@ std::unique_ptr<grpc::Server> StartServer(const std::string& listen,
 
 // The host part of a listen address, as something others can dial.
 std::string ReachableHost(const std::string& listen) {
-  std::string host = listen.substr(0, listen.rfind(':'));
-  if (IsWildcardHost(host)) host = "127.0.0.1";
-  return host;
+  const std::string host = HostOf(listen);
+  return IsWildcardHost(host) ? "127.0.0.1" : host;
 }
 
 }  // namespace

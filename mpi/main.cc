@@ -87,8 +87,7 @@ Parsed ParseSettings() {
   c.health_interval = absl::GetFlag(FLAGS_health_interval);
   c.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  const std::string listen_host = c.listen.substr(0, c.listen.rfind(':'));
-  if (IsWildcardHost(listen_host)) c.advertise_host = LocalHostName(/*fallback=*/"");
+  if (IsWildcardHost(HostOf(c.listen))) c.advertise_host = LocalHostName(/*fallback=*/"");
 
   WorkerRankSettings& w = p.worker;
   w.listen = absl::GetFlag(FLAGS_worker_listen);

@@ -35,9 +35,10 @@ grpc::Status PeerLinkHop::Send(grpc::ClientContext* ctx, const v1::StepFrame& fr
 grpc::Status PeerLinkHop::Negotiate(grpc::ClientContext* ctx) {
   auto id = backend_->NewPeerLinkId();
   if (!id.ok()) {
+    std::fprintf(stderr, "layerpipe-worker: stage %d sends activations over %s: %s\n", options_.stage,
+                 inner_->transport().c_str(), std::string(id.status().message()).c_str());
     std::lock_guard<std::mutex> lock(mu_);
     state_ = State::kDeclined;
-    decline_reason_ = std::string(id.status().message());
     return grpc::Status::OK;
   }
   v1::PeerLinkRequest request;
@@ -60,7 +61,6 @@ grpc::Status PeerLinkHop::Negotiate(grpc::ClientContext* ctx) {
   if (!reply.accepted()) {
     std::lock_guard<std::mutex> lock(mu_);
     state_ = State::kDeclined;
-    decline_reason_ = reply.reason();
     std::fprintf(stderr, "layerpipe-worker: stage %d sends activations over %s: %s\n", options_.stage,
                  inner_->transport().c_str(), reply.reason().c_str());
     return grpc::Status::OK;

@@ -49,7 +49,6 @@ class PeerLinkHop final : public NextHop {
   const PeerLinkHopOptions options_;
   mutable std::mutex mu_;  // state_ (read by WantsDeviceRows from the compute thread)
   State state_ = State::kUnknown;
-  std::string decline_reason_;
   // Used by the outbox thread only.
   std::unique_ptr<PeerLink> link_;
   std::atomic<bool> retired_{false};  // set by Retire, read by a join in progress

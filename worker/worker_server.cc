@@ -3,19 +3,11 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/host_name.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 
 namespace layerpipe {
-
-std::string HostOf(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return address;
-  // "[::1]" alone has colons but no port.
-  const size_t bracket = address.rfind(']');
-  if (bracket != std::string::npos && bracket > colon) return address;
-  return address.substr(0, colon);
-}
 
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOptions& options) {
   // Both are process-wide switches read when a builder is made.

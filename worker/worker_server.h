@@ -49,9 +49,6 @@ class WorkerServer {
   bool shut_down_ = false;
 };
 
-// "host:port" → "host"; "[::1]:0" → "[::1]". The whole string when it has no port.
-std::string HostOf(const std::string& address);
-
 }  // namespace layerpipe
 
 #endif  // LAYERPIPE_WORKER_WORKER_SERVER_H_

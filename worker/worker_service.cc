@@ -104,12 +104,16 @@ void WorkerService::RetireLinks(Assignment& a) {
     a.retired.store(true, std::memory_order_release);
     inbound = a.joined;
   }
+  if (!inbound) {
+    if (a.next) a.next->Retire();
+    return;
+  }
   // Both directions at once: aborting one link may wait on the device until the other's transfer,
   // stuck on a dead peer, is aborted too.
   std::thread outbound([&a] {
     if (a.next) a.next->Retire();
   });
-  if (inbound) inbound->Abort();
+  inbound->Abort();
   outbound.join();
 }
 

@@ -18,7 +18,7 @@
 #include "worker/kv_bytes.h"
 #include "worker/logprobs.h"
 #include "worker/step_sequencer.h"
-#include "worker/worker_server.h"
+#include "common/host_name.h"
 
 namespace layerpipe {
 namespace {
@@ -263,7 +263,7 @@ TEST(Logprobs, TopKOverALargeRowEqualsAFullSort) {
   }
 }
 
-TEST(WorkerServer, HostOfKeepsTheHostPart) {
+TEST(HostOf, KeepsTheHostPart) {
   EXPECT_EQ(HostOf("127.0.0.1:0"), "127.0.0.1");
   EXPECT_EQ(HostOf("[::1]:7000"), "[::1]");
   EXPECT_EQ(HostOf("localhost:1"), "localhost");
