@@ -40,9 +40,8 @@ absl::Status Engine::ValidateIds(absl::Span<const int32_t> ids) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::vector<float>>> Engine::Step(absl::Span<const StepInput> inputs) {
-  const int64_t H = config_.hidden_size, V = config_.vocab_size;
-  std::vector<std::vector<float>> logits(inputs.size());
+absl::Status Engine::Advance(absl::Span<const StepInput> inputs, const HeadFn& head) {
+  const int64_t H = config_.hidden_size;
   // Validate everything first so a bad input never leaves a sequence half-advanced.
   for (const StepInput& in : inputs) {
     if (in.ids.empty()) return absl::InvalidArgumentError("a step input has no tokens");
@@ -79,14 +78,44 @@ absl::StatusOr<std::vector<std::vector<float>>> Engine::Step(absl::Span<const St
       }
     }
     if (!finished.empty()) {
-      std::vector<float> out(finished.size() * V);
-      if (auto st = executor_->Logits(last_rows.data(), static_cast<int64_t>(finished.size()), out.data()); !st.ok()) {
-        return st;
-      }
-      for (size_t f = 0; f < finished.size(); ++f) logits[finished[f]].assign(out.begin() + f * V, out.begin() + (f + 1) * V);
+      if (auto st = head(last_rows, finished); !st.ok()) return st;
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> Engine::Step(absl::Span<const StepInput> inputs) {
+  const int64_t V = config_.vocab_size;
+  std::vector<std::vector<float>> logits(inputs.size());
+  auto head = [&](const std::vector<float>& rows, const std::vector<size_t>& finished) -> absl::Status {
+    std::vector<float> out(finished.size() * V);
+    if (auto st = executor_->Logits(rows.data(), static_cast<int64_t>(finished.size()), out.data()); !st.ok()) {
+      return st;
+    }
+    for (size_t f = 0; f < finished.size(); ++f) logits[finished[f]].assign(out.begin() + f * V, out.begin() + (f + 1) * V);
+    return absl::OkStatus();
+  };
+  if (auto st = Advance(inputs, head); !st.ok()) return st;
   return logits;
+}
+
+absl::StatusOr<std::vector<LogitRowSummary>> Engine::StepSummaries(absl::Span<const StepInput> inputs,
+                                                                  absl::Span<const LogitRowRequest> requests) {
+  if (requests.size() != inputs.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(requests.size(), " logit requests for ", inputs.size(), " step inputs"));
+  }
+  std::vector<LogitRowSummary> summaries(inputs.size());
+  auto head = [&](const std::vector<float>& rows, const std::vector<size_t>& finished) -> absl::Status {
+    std::vector<LogitRowRequest> wanted;
+    for (size_t i : finished) wanted.push_back(requests[i]);
+    std::vector<LogitRowSummary> out;
+    if (auto st = executor_->SummarizeLogits(rows.data(), wanted, &out); !st.ok()) return st;
+    for (size_t f = 0; f < finished.size(); ++f) summaries[finished[f]] = std::move(out[f]);
+    return absl::OkStatus();
+  };
+  if (auto st = Advance(inputs, head); !st.ok()) return st;
+  return summaries;
 }
 
 absl::StatusOr<std::vector<float>> Engine::Score(absl::Span<const int32_t> ids) {

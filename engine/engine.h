@@ -3,6 +3,7 @@
 #define LAYERPIPE_ENGINE_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "engine/config.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/layer_backend.h"
+#include "engine/logit_summary.h"
 #include "engine/precision.h"
 #include "engine/weights.h"
 
@@ -42,6 +44,11 @@ class Engine {
   // the logits after each input's last id: [inputs][vocab].
   absl::StatusOr<std::vector<std::vector<float>>> Step(absl::Span<const StepInput> inputs);
 
+  // Step, returning for each input the LogitRowSummary requests[i] asks for (computed where the logits
+  // are: on a GPU only the summaries leave the device).
+  absl::StatusOr<std::vector<LogitRowSummary>> StepSummaries(absl::Span<const StepInput> inputs,
+                                                             absl::Span<const LogitRowRequest> requests);
+
   // Logits at every position of a fresh sequence: [ids][vocab].
   absl::StatusOr<std::vector<float>> Score(absl::Span<const int32_t> ids);
 
@@ -53,6 +60,11 @@ class Engine {
 
  private:
   Engine() = default;
+  // Runs `inputs` like Step, handing each forward pass's finished inputs (their last hidden rows, in
+  // the order of `finished`) to `head`.
+  using HeadFn = std::function<absl::Status(const std::vector<float>& rows, const std::vector<size_t>& finished)>;
+  absl::Status Advance(absl::Span<const StepInput> inputs, const HeadFn& head);
+
   ModelConfig config_;
   EngineOptions options_;
   std::unique_ptr<ThreadPool> pool_;

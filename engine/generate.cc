@@ -7,6 +7,28 @@
 #include "absl/strings/str_cat.h"
 
 namespace layerpipe {
+namespace {
+
+// One step of `in` and the token `sampler` picks. When the sampler can work from a summary (greedy,
+// top-k) only that leaves the backend, which on a GPU keeps the 1 MiB logits row on the device.
+absl::StatusOr<int32_t> NextToken(Engine& engine, const StepInput& in, Sampler& sampler,
+                                  absl::Span<const int32_t> history) {
+  if (const int best = sampler.BestNeeded(kMaxSummaryBest); best > 0) {
+    const std::vector<int32_t> penalized = sampler.PenalizedIds(history);
+    LogitRowRequest request;
+    request.best = best;
+    request.repetition_penalty = sampler.params().repetition_penalty;
+    request.penalized_ids = penalized;
+    auto summaries = engine.StepSummaries({&in, 1}, {&request, 1});
+    if (!summaries.ok()) return summaries.status();
+    return sampler.SampleFromSummary((*summaries)[0]);
+  }
+  auto logits = engine.Step({&in, 1});
+  if (!logits.ok()) return logits.status();
+  return sampler.Sample((*logits)[0], history);
+}
+
+}  // namespace
 
 absl::StatusOr<GenerateResult> Generate(Engine& engine, const Tokenizer* tokenizer, const GenerateRequest& request,
                                         const std::function<void(std::string_view)>& on_text) {
@@ -38,9 +60,9 @@ absl::StatusOr<GenerateResult> Generate(Engine& engine, const Tokenizer* tokeniz
   Clock::time_point first_token;
   for (;;) {
     StepInput in{kv.get(), next};
-    auto logits = engine.Step({&in, 1});
-    if (!logits.ok()) return logits.status();
-    const int32_t id = sampler.Sample((*logits)[0], history);
+    auto id_or = NextToken(engine, in, sampler, history);
+    if (!id_or.ok()) return id_or.status();
+    const int32_t id = *id_or;
     if (result.ids.empty()) first_token = Clock::now();
     result.ids.push_back(id);
     history.push_back(id);

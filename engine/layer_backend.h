@@ -9,12 +9,14 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/device_handoff.h"
+#include "engine/logit_summary.h"
 #include "engine/precision.h"
 #include "engine/sequence_state.h"
 #include "engine/weights.h"
@@ -47,6 +49,21 @@ class LayerBackend {
 
   // Last stage: softcapped logits of `rows` host hidden rows into host logits [rows, vocab].
   virtual absl::Status Logits(const float* hidden, int64_t rows, float* logits) = 0;
+
+  // Last stage: the summary requests[r] asks for of each host hidden row r (engine/logit_summary.h),
+  // into *out. This default computes the logits with Logits and summarises them on the host; a device
+  // backend summarises where the logits are and copies back only the summaries.
+  virtual absl::Status SummarizeLogits(const float* hidden, absl::Span<const LogitRowRequest> requests,
+                                       std::vector<LogitRowSummary>* out) {
+    const int64_t V = weights().config().vocab_size, rows = static_cast<int64_t>(requests.size());
+    std::vector<float> logits(static_cast<size_t>(rows * V));
+    if (absl::Status st = Logits(hidden, rows, logits.data()); !st.ok()) return st;
+    out->clear();
+    for (int64_t r = 0; r < rows; ++r) {
+      out->push_back(SummarizeLogitRow({logits.data() + r * V, static_cast<size_t>(V)}, requests[r]));
+    }
+    return absl::OkStatus();
+  }
 
   virtual const ModelWeights& weights() const = 0;
   virtual Precision precision() const = 0;

@@ -13,13 +13,6 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-bool IsBanned(int32_t id) {
-  for (int32_t banned : kBannedTokenIds) {
-    if (id == banned) return true;
-  }
-  return false;
-}
-
 // Strict total order: higher logit first, lower id among equals. Being total, it makes the result
 // of nth_element + sort unique, so every standard library keeps the same set in the same order.
 struct Better {
@@ -144,21 +137,6 @@ void CopyReplacingNaN(const float* __restrict in, float* __restrict out, int n) 
     }
   }
   for (; i < n; ++i) out[i] = std::isnan(in[i]) ? kNegInf : in[i];
-}
-
-// Defined answer when nothing survives masking; see the header.
-int32_t RawFallback(absl::Span<const float> logits, int n) {
-  int32_t best = -1;
-  float best_value = 0;
-  for (int i = 0; i < n; ++i) {
-    const float v = logits[i];
-    if (std::isnan(v) || IsBanned(i)) continue;
-    if (best < 0 || v > best_value) {
-      best = i;
-      best_value = v;
-    }
-  }
-  return best < 0 ? 0 : best;
 }
 
 }  // namespace
@@ -287,6 +265,32 @@ void Sampler::SelectTopK(int n, size_t k) {
   std::sort(candidates_.begin(), candidates_.end(), Better());
 }
 
+size_t Sampler::FilterSortedTopK(float max_logit) {
+  const float inv_t = 1.0f / params_.temperature;
+  const double min_p = params_.min_p;
+  // Top-p's target is a fraction of the mass after top-k, i.e. before min-p removes anything.
+  double total = 0;
+  for (Candidate& c : candidates_) {
+    c.weight = ExpNonPositive(LogWeight(c.logit, max_logit, inv_t));
+    total += c.weight;
+  }
+  // Min-p, like top-k, keeps a prefix of the sorted order, so cutting before top-p's walk gives
+  // the same final set as cutting after it. erase_if keeps the order.
+  std::erase_if(candidates_, [min_p](const Candidate& c) { return c.weight <= 0 || c.weight < min_p; });
+  if (params_.top_p < 1.0f) {
+    // Already sorted: keep the smallest prefix whose mass reaches top_p.
+    const double target = static_cast<double>(params_.top_p) * total;
+    double cumulative = 0;
+    size_t keep = 0;
+    while (keep < candidates_.size()) {
+      cumulative += candidates_[keep++].weight;
+      if (cumulative >= target) break;
+    }
+    candidates_.resize(keep);
+  }
+  return candidates_.size();
+}
+
 size_t Sampler::Filter(int n) {
   candidates_.clear();
   const float max_logit = MaxLogit(n);
@@ -294,37 +298,16 @@ size_t Sampler::Filter(int n) {
   // Weights are probabilities relative to the best candidate (whose weight is exactly 1), so min-p
   // is a plain threshold and nothing overflows even for tiny temperatures. +inf logits share the
   // mass.
-  const float inv_t = 1.0f / params_.temperature;
-  const bool use_top_p = params_.top_p < 1.0f;
-  const double min_p = params_.min_p;
-  // Top-p's target is a fraction of the mass after top-k, i.e. before min-p removes anything.
-  double total = 0;
-
   if (params_.top_k > 0 && params_.top_k < n) {
     SelectTopK(n, params_.top_k);
-    for (Candidate& c : candidates_) {
-      c.weight = ExpNonPositive(LogWeight(c.logit, max_logit, inv_t));
-      total += c.weight;
-    }
-    // Min-p, like top-k, keeps a prefix of the sorted order, so cutting before top-p's walk gives
-    // the same final set as cutting after it. erase_if keeps the order.
-    std::erase_if(candidates_,
-                  [min_p](const Candidate& c) { return c.weight <= 0 || c.weight < min_p; });
-    if (use_top_p) {
-      // Already sorted: keep the smallest prefix whose mass reaches top_p.
-      const double target = static_cast<double>(params_.top_p) * total;
-      double cumulative = 0;
-      size_t keep = 0;
-      while (keep < candidates_.size()) {
-        cumulative += candidates_[keep++].weight;
-        if (cumulative >= target) break;
-      }
-      candidates_.resize(keep);
-    }
-    return candidates_.size();
+    return FilterSortedTopK(max_logit);
   }
 
   // Over the whole vocabulary.
+  const float inv_t = 1.0f / params_.temperature;
+  const bool use_top_p = params_.top_p < 1.0f;
+  const double min_p = params_.min_p;
+  double total = 0;
   row_weights_.resize(n);
   if (!use_top_p) {
     RowWeights(work_.data(), n, max_logit, inv_t, row_weights_.data());
@@ -392,8 +375,10 @@ int32_t Sampler::SampleFromWork(int n) {
   // Drawn first so the RNG advances by one per sampled step whatever happens below.
   const double u = NextUniform();
   const size_t size = Filter(n);
-  if (size == 0) return -1;
+  return size == 0 ? -1 : Draw(u, size);
+}
 
+int32_t Sampler::Draw(double u, size_t size) const {
   double mass = 0;
   for (size_t i = 0; i < size; ++i) mass += candidates_[i].weight;
   const double point = u * mass;
@@ -406,12 +391,48 @@ int32_t Sampler::SampleFromWork(int n) {
   return candidates_[size - 1].id;
 }
 
+int Sampler::BestNeeded(int max_best) const {
+  if (params_.temperature == 0) return 1;
+  if (params_.top_k > 0 && params_.top_k < vocab_size_ && params_.top_k <= max_best) return params_.top_k;
+  return 0;
+}
+
+std::vector<int32_t> Sampler::PenalizedIds(absl::Span<const int32_t> history) {
+  std::vector<int32_t> ids;
+  if (params_.repetition_penalty == 1.0f) return ids;
+  penalized_.resize(vocab_size_, 0);
+  for (int32_t id : history) {
+    if (id < 0 || id >= vocab_size_ || penalized_[id]) continue;
+    penalized_[id] = 1;
+    ids.push_back(id);
+  }
+  for (int32_t id : ids) penalized_[id] = 0;
+  return ids;
+}
+
+int32_t Sampler::SampleFromSummary(const LogitRowSummary& summary) {
+  int32_t id = -1;
+  if (params_.temperature == 0) {
+    if (!summary.best.empty()) id = summary.best.front().id;
+  } else {
+    // Drawn first, as in SampleFromWork, so the stream advances by one whatever the summary holds.
+    const double u = NextUniform();
+    candidates_.clear();
+    for (const ScoredId& s : summary.best) candidates_.push_back({s.value, s.id, 0.0});
+    if (!candidates_.empty()) {
+      const size_t size = FilterSortedTopK(candidates_.front().logit);
+      if (size > 0) id = Draw(u, size);
+    }
+  }
+  return id >= 0 ? id : summary.fallback_id;
+}
+
 int32_t Sampler::Sample(absl::Span<const float> logits, absl::Span<const int32_t> history) {
   const int n = static_cast<int>(std::min<size_t>(logits.size(), static_cast<size_t>(vocab_size_)));
   if (n == 0) return 0;
   PrepareLogits(logits, history, n);
   const int32_t id = params_.temperature == 0 ? Greedy(n) : SampleFromWork(n);
-  return id >= 0 ? id : RawFallback(logits, n);
+  return id >= 0 ? id : RawFallbackId(logits.first(n));
 }
 
 std::vector<TokenProbability> Sampler::Distribution(absl::Span<const float> logits,
@@ -421,10 +442,10 @@ std::vector<TokenProbability> Sampler::Distribution(absl::Span<const float> logi
   PrepareLogits(logits, history, n);
   if (params_.temperature == 0) {
     const int32_t id = Greedy(n);
-    return {{id >= 0 ? id : RawFallback(logits, n), 1.0}};
+    return {{id >= 0 ? id : RawFallbackId(logits.first(n)), 1.0}};
   }
   const size_t size = Filter(n);
-  if (size == 0) return {{RawFallback(logits, n), 1.0}};
+  if (size == 0) return {{RawFallbackId(logits.first(n)), 1.0}};
   std::sort(candidates_.begin(), candidates_.end(), Better());
   double mass = 0;
   for (const Candidate& c : candidates_) mass += c.weight;

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "engine/logit_summary.h"
 
 namespace layerpipe {
 
@@ -25,6 +26,12 @@ struct SamplingParams {
 // The ids of the end-of-image and end-of-audio markers. They only ever close a media span the
 // engine writes itself, so the model must never be allowed to produce them.
 inline constexpr int32_t kBannedTokenIds[] = {258882, 258883};
+inline bool IsBannedTokenId(int32_t id) {
+  for (int32_t banned : kBannedTokenIds) {
+    if (id == banned) return true;
+  }
+  return false;
+}
 
 // InvalidArgument naming the offending field and value, for a request to be rejected before it
 // reaches a Sampler.
@@ -75,6 +82,19 @@ class Sampler {
   std::vector<TokenProbability> Distribution(absl::Span<const float> logits,
                                              absl::Span<const int32_t> history);
 
+  // ---- Sampling from a LogitRowSummary (engine/logit_summary.h), e.g. one a GPU computed.
+  // How many best prepared entries SampleFromSummary needs: 1 when greedy, top_k when top-k applies
+  // and top_k <= max_best; 0 when this sampler needs the whole row (plain temperature, top-p or min-p
+  // without top-k, or a top_k above max_best).
+  int BestNeeded(int max_best) const;
+  // The distinct ids of `history` in [0, vocab) that the repetition penalty touches; empty when the
+  // penalty is off. What a LogitRowRequest's penalized_ids must hold.
+  std::vector<int32_t> PenalizedIds(absl::Span<const int32_t> history);
+  // The token Sample() would return for the summarised row and history, advancing the RNG exactly as
+  // it would; `summary.best` must hold the BestNeeded() better-most prepared entries (fewer only when
+  // the row has no more above -inf).
+  int32_t SampleFromSummary(const LogitRowSummary& summary);
+
   // Advances the RNG as if `draws` sampled steps had run (each takes one output; see above), so a
   // sequence rebuilt elsewhere resumes the same stream. Greedy never draws, so it is unaffected.
   void Discard(int64_t draws);
@@ -96,6 +116,10 @@ class Sampler {
   // Fills candidates_ with the survivors of top-k / min-p / top-p and their relative weights;
   // returns how many there are (0 when no logit is finite).
   size_t Filter(int n);
+  // The top-k branch of Filter once candidates_ holds the top-k survivors, best first.
+  size_t FilterSortedTopK(float max_logit);
+  // The candidate that the uniform draw u lands on, weighted by their weights.
+  int32_t Draw(double u, size_t size) const;
   // Leaves the k best finite entries of work_ in candidates_, best first (logit descending, id
   // ascending).
   void SelectTopK(int n, size_t k);

@@ -6,7 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "worker/hidden_codec.h"
 #include "worker/kv_bytes.h"
-#include "worker/logprobs.h"
+#include "engine/logit_summary.h"
+#include "engine/logprobs.h"
 
 namespace layerpipe {
 
@@ -159,13 +160,15 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
   result->set_epoch(frame.epoch());
   result->set_step_id(frame.step_id());
 
-  // Which rows need logits, in row order, and the result each slice fills.
+  // Which rows need logits, in row order, and the result each slice fills. A row that only picks a
+  // token, with a sampler that can work from a summary, gets one (engine/logit_summary.h): on a GPU
+  // its logits never leave the device. The others need the whole row.
   struct RowUse {
     int slice;
     int64_t r;        // row within the slice
     int64_t row;      // row within the frame
   };
-  std::vector<RowUse> uses;
+  std::vector<RowUse> uses, summary_uses;
   std::vector<v1::SliceResult*> out(frame.slices_size(), nullptr);
   int64_t row0 = 0;
   for (int i = 0; i < frame.slices_size(); ++i) {
@@ -181,18 +184,24 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
     if (s.sample() || all_rows) {
       out[i] = result->add_results();
       out[i]->set_seq_id(s.seq_id());
-      for (int64_t r = all_rows ? 0 : n - 1; r < n; ++r) uses.push_back({i, r, row0 + r});
+      if (!all_rows && seq->sampler->BestNeeded(kMaxSummaryBest) > 0) {
+        summary_uses.push_back({i, n - 1, row0 + n - 1});
+      } else {
+        for (int64_t r = all_rows ? 0 : n - 1; r < n; ++r) uses.push_back({i, r, row0 + r});
+      }
     }
     row0 += n;
   }
 
   std::vector<float> rows_in;
+  // The hidden rows of list[b, b + m) into rows_in.
+  auto gather = [&](const std::vector<RowUse>& list, size_t b, int64_t m) {
+    rows_in.resize(static_cast<size_t>(m * H));
+    for (int64_t j = 0; j < m; ++j) std::copy_n(hidden + list[b + j].row * H, H, rows_in.begin() + j * H);
+  };
   for (size_t b = 0; b < uses.size(); b += kHeadRowsPerCall) {
     const int64_t m = std::min<int64_t>(kHeadRowsPerCall, static_cast<int64_t>(uses.size() - b));
-    rows_in.resize(static_cast<size_t>(m * H));
-    for (int64_t j = 0; j < m; ++j) {
-      std::copy_n(hidden + uses[b + j].row * H, H, rows_in.begin() + j * H);
-    }
+    gather(uses, b, m);
     logits_.resize(static_cast<size_t>(m * V));
     if (auto st = executor_->Logits(rows_in.data(), m, logits_.data()); !st.ok()) return st;
     for (int64_t j = 0; j < m; ++j) {
@@ -212,17 +221,49 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
       if (s.sample() && is_last_row) {
         Sequence* seq = seqs[u.slice];
         const int32_t token = seq->sampler->Sample(row, seq->history);
-        res->set_token(token);
-        res->set_logprob(static_cast<float>(row[token] - lse));
-        for (const IdLogprob& t : TopLogprobs(row, s.top_logprobs(), lse)) {
-          v1::TopLogprob* top = res->add_top();
-          top->set_id(t.id);
-          top->set_logprob(t.logprob);
-        }
+        SetSampled(token, row[token], lse, TopLogprobs(row, s.top_logprobs(), lse), res);
       }
     }
   }
+
+  std::vector<std::vector<int32_t>> penalized;
+  std::vector<LogitRowRequest> requests;
+  std::vector<LogitRowSummary> summaries;
+  for (size_t b = 0; b < summary_uses.size(); b += kHeadRowsPerCall) {
+    const int64_t m = std::min<int64_t>(kHeadRowsPerCall, static_cast<int64_t>(summary_uses.size() - b));
+    gather(summary_uses, b, m);
+    penalized.assign(static_cast<size_t>(m), {});
+    requests.assign(static_cast<size_t>(m), {});
+    for (int64_t j = 0; j < m; ++j) {
+      const RowUse& u = summary_uses[b + j];
+      Sampler& sampler = *seqs[u.slice]->sampler;
+      penalized[j] = sampler.PenalizedIds(seqs[u.slice]->history);
+      requests[j].best = sampler.BestNeeded(kMaxSummaryBest);
+      requests[j].top_raw = frame.slices(u.slice).top_logprobs();
+      requests[j].repetition_penalty = sampler.params().repetition_penalty;
+      requests[j].penalized_ids = penalized[j];
+    }
+    if (auto st = executor_->SummarizeLogits(rows_in.data(), requests, &summaries); !st.ok()) return st;
+    for (int64_t j = 0; j < m; ++j) {
+      const RowUse& u = summary_uses[b + j];
+      const LogitRowSummary& summary = summaries[j];
+      const int32_t token = seqs[u.slice]->sampler->SampleFromSummary(summary);
+      SetSampled(token, SummaryRawValue(summary, token), summary.log_sum_exp,
+                 TopLogprobs(summary.top_raw, summary.log_sum_exp), out[u.slice]);
+    }
+  }
   return absl::OkStatus();
+}
+
+void Stage::SetSampled(int32_t token, float raw_logit, double lse, const std::vector<IdLogprob>& top,
+                       v1::SliceResult* res) {
+  res->set_token(token);
+  res->set_logprob(static_cast<float>(raw_logit - lse));
+  for (const IdLogprob& t : top) {
+    v1::TopLogprob* entry = res->add_top();
+    entry->set_id(t.id);
+    entry->set_logprob(t.logprob);
+  }
 }
 
 void Stage::Release(const google::protobuf::RepeatedField<uint64_t>& seq_ids) {

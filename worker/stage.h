@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "engine/layer_backend.h"
+#include "engine/logprobs.h"
 #include "engine/precision.h"
 #include "engine/sampler.h"
 #include "engine/weights.h"
@@ -85,6 +86,9 @@ class Stage {
                                 std::vector<Sequence*>* seqs) const;
   absl::Status CheckKvBudget(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs) const;
   // Logits, sampling and scores of the last stage.
+  // Fills a SliceResult's sampled token, its log-probability and the top log-probabilities.
+  static void SetSampled(int32_t token, float raw_logit, double lse, const std::vector<IdLogprob>& top,
+                         v1::SliceResult* res);
   absl::Status RunHead(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs, const float* hidden,
                v1::StepResult* result);
 

@@ -7,7 +7,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -27,6 +29,8 @@
 #include "engine/cuda/nccl_link.h"
 #include "engine/cuda/step_plan.h"
 #include "engine/cuda/stream.h"
+#include "engine/logit_summary.h"
+#include "engine/sampler.h"
 
 namespace layerpipe {
 namespace cuda {
@@ -105,6 +109,8 @@ class CudaBackend final : public LayerBackend {
   absl::Status Forward(absl::Span<const SequenceSlice> slices, float* hidden) override;
   absl::Status Embed(absl::Span<const int32_t> ids, float* hidden) override;
   absl::Status Logits(const float* hidden, int64_t rows, float* logits) override;
+  absl::Status SummarizeLogits(const float* hidden, absl::Span<const LogitRowRequest> requests,
+                               std::vector<LogitRowSummary>* out) override;
   const ModelWeights& weights() const override { return w_; }
   Precision precision() const override { return precision_; }
 
@@ -132,6 +138,8 @@ class CudaBackend final : public LayerBackend {
   absl::Status EnsureScratch(const StepShape& shape);
   absl::Status RunLayers(const StepShape& shape);
   absl::Status RunLayer(int l, const StepShape& shape);
+  // Final norm, tied head and softcap of `rows` host hidden rows into logits_ (left on the device).
+  absl::Status RunHead(const float* hidden, int64_t rows);
 
   const ModelWeights& w_;
   const ModelConfig& cfg_;
@@ -160,8 +168,10 @@ class CudaBackend final : public LayerBackend {
   DeviceBuffer h_, x_, qkv_, k_new_, v_new_, attn_, o_, gu_, act_;
   DeviceBuffer part_acc_, part_ml_, meta_;
   PinnedBuffer meta_host_;
-  // Embed / Logits only (never in a graph).
+  // Embed / Logits / SummarizeLogits only (never in a graph).
   DeviceBuffer ids_, logits_;
+  DeviceBuffer prepared_, summary_;  // sampling on the device: the prepared rows; requests and results
+  PinnedBuffer summary_host_;
 };
 
 absl::Status CudaBackend::Init() {
@@ -593,12 +603,10 @@ absl::Status CudaBackend::Embed(absl::Span<const int32_t> ids, float* hidden) {
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::Logits(const float* hidden, int64_t rows, float* logits) {
+absl::Status CudaBackend::RunHead(const float* hidden, int64_t rows) {
   if (dw_->embed().rows == 0 || !w_.selection().head || w_.final_norm().empty()) {
     return absl::FailedPreconditionError("this stage does not hold the head");
   }
-  if (rows < 0) return absl::InvalidArgumentError("negative row count");
-  if (rows == 0) return absl::OkStatus();
   LP_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
   bool moved = false;
@@ -614,9 +622,123 @@ absl::Status CudaBackend::Logits(const float* hidden, int64_t rows, float* logit
   LP_RETURN_IF_ERROR(gemm_->Run(x_.get(), dw_->embed().data.get(), bf16, rows, V, H, logits_.as<float>(), stream_));
   const float cap = static_cast<float>(cfg_.final_logit_softcapping);
   if (cap > 0) LP_CUDA_RETURN_IF_ERROR(LaunchSoftcap(logits_.as<float>(), rows * V, cap, stream_));
-  LP_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(logits, logits_.get(), rows * V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Logits(const float* hidden, int64_t rows, float* logits) {
+  if (rows < 0) return absl::InvalidArgumentError("negative row count");
+  if (rows == 0) return absl::OkStatus();
+  LP_RETURN_IF_ERROR(RunHead(hidden, rows));
+  LP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits, logits_.get(), rows * cfg_.vocab_size * sizeof(float),
+                                          cudaMemcpyDeviceToHost, stream_));
   LP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::SummarizeLogits(const float* hidden, absl::Span<const LogitRowRequest> requests,
+                                          std::vector<LogitRowSummary>* out) {
+  const int64_t rows = static_cast<int64_t>(requests.size()), V = cfg_.vocab_size;
+  int best_cap = 0, top_cap = 0;
+  size_t penalized = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const LogitRowRequest& q = requests[r];
+    if (q.best < 0 || q.best > kMaxSummaryBest || q.top_raw < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("logit request ", r, " asks for ", q.best, " best and ",
+                                                     q.top_raw, " top entries; best must be in [0, ",
+                                                     kMaxSummaryBest, "], top >= 0"));
+    }
+    if (!(q.repetition_penalty > 0) || !std::isfinite(q.repetition_penalty)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit request ", r, " has repetition penalty ", q.repetition_penalty));
+    }
+    if (q.repetition_penalty != 1.0f) {
+      for (int32_t id : q.penalized_ids) {
+        if (id < 0 || id >= V) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("logit request ", r, " penalises id ", id, " outside the vocabulary [0, ", V, ")"));
+        }
+      }
+      penalized += q.penalized_ids.size();
+    }
+    best_cap = std::max(best_cap, q.best);
+    top_cap = std::max<int>(top_cap, static_cast<int>(std::min<int64_t>(q.top_raw, V)));
+  }
+  out->clear();
+  if (rows == 0) return absl::OkStatus();
+  LP_RETURN_IF_ERROR(RunHead(hidden, rows));
+
+  // One buffer, uploaded part first: [row params][penalised ids] then [stats][best][top].
+  auto aligned = [](size_t n) { return (n + 15) / 16 * 16; };
+  const size_t params_at = 0;
+  const size_t ids_at = aligned(params_at + rows * sizeof(SummaryRowParams));
+  const size_t stats_at = aligned(ids_at + penalized * sizeof(int32_t));
+  const size_t best_at = aligned(stats_at + rows * sizeof(SummaryRowStats));
+  const size_t top_at = aligned(best_at + rows * best_cap * sizeof(SelectedEntry));
+  const size_t total = aligned(top_at + rows * top_cap * sizeof(SelectedEntry));
+  bool moved = false;
+  LP_RETURN_IF_ERROR(summary_.EnsureAtLeast(total, &moved));
+  LP_RETURN_IF_ERROR(summary_host_.EnsureAtLeast(total));
+  LP_RETURN_IF_ERROR(prepared_.EnsureAtLeast(rows * V * sizeof(float), &moved));
+  uint8_t* host = summary_host_.get();
+  auto* row_params = reinterpret_cast<SummaryRowParams*>(host + params_at);
+  auto* ids = reinterpret_cast<int32_t*>(host + ids_at);
+  int32_t next = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const LogitRowRequest& q = requests[r];
+    SummaryRowParams& rp = row_params[r];
+    rp.best = q.best;
+    rp.top_raw = static_cast<int32_t>(std::min<int64_t>(q.top_raw, V));
+    rp.penalty = q.repetition_penalty;
+    rp.penalized_begin = next;
+    if (q.repetition_penalty != 1.0f) {
+      std::memcpy(ids + next, q.penalized_ids.data(), q.penalized_ids.size() * sizeof(int32_t));
+      next += static_cast<int32_t>(q.penalized_ids.size());
+    }
+    rp.penalized_end = next;
+  }
+  uint8_t* dev = summary_.as<uint8_t>();
+  LP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, stats_at, cudaMemcpyHostToDevice, stream_));
+  SummarizeParams p{};
+  p.raw = logits_.as<float>();
+  p.prepared = prepared_.as<float>();
+  p.rows = rows;
+  p.vocab = V;
+  p.row_params = reinterpret_cast<const SummaryRowParams*>(dev + params_at);
+  p.penalized = reinterpret_cast<const int32_t*>(dev + ids_at);
+  static_assert(std::size(kBannedTokenIds) <= std::size(SummarizeParams{}.banned));
+  for (int32_t id : kBannedTokenIds) p.banned[p.num_banned++] = id;
+  p.stats = reinterpret_cast<SummaryRowStats*>(dev + stats_at);
+  p.best = reinterpret_cast<SelectedEntry*>(dev + best_at);
+  p.top = reinterpret_cast<SelectedEntry*>(dev + top_at);
+  p.best_capacity = best_cap;
+  p.top_capacity = top_cap;
+  LP_CUDA_RETURN_IF_ERROR(LaunchSummarize(p, stream_));
+  LP_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(host + stats_at, dev + stats_at, total - stats_at, cudaMemcpyDeviceToHost, stream_));
+  LP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+
+  // The kernels leave each selection unordered; the order is the summary's "better" order.
+  auto entries = [](const SelectedEntry* e, int32_t n) {
+    std::vector<ScoredId> v;
+    v.reserve(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) v.push_back({e[i].id, e[i].value, e[i].raw});
+    std::sort(v.begin(), v.end(), [](const ScoredId& a, const ScoredId& b) {
+      return a.value != b.value ? a.value > b.value : a.id < b.id;
+    });
+    return v;
+  };
+  const auto* stats = reinterpret_cast<const SummaryRowStats*>(host + stats_at);
+  const auto* best = reinterpret_cast<const SelectedEntry*>(host + best_at);
+  const auto* top = reinterpret_cast<const SelectedEntry*>(host + top_at);
+  out->resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    LogitRowSummary& s = (*out)[r];
+    s.log_sum_exp = stats[r].log_sum_exp;
+    s.fallback_id = stats[r].fallback_id;
+    s.fallback_raw = stats[r].fallback_raw;
+    s.best = entries(best + r * best_cap, stats[r].best_count);
+    s.top_raw = entries(top + r * top_cap, stats[r].top_count);
+  }
   return absl::OkStatus();
 }
 

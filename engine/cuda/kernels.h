@@ -106,6 +106,41 @@ cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream);
 // dst = widen(src) for bf16 raw bits.
 cudaError_t LaunchBf16ToF32(const uint16_t* src, float* dst, int64_t n, cudaStream_t stream);
 
+// ---- Sampling on the device (kernels_sample.cu): each row's LogitRowSummary (engine/logit_summary.h)
+// from the raw (softcapped) logits, selections unordered; the host sorts the few entries.
+inline constexpr int kMaxSummaryBanned = 4;
+struct SummaryRowParams {
+  int32_t best;     // how many best entries of the prepared row
+  int32_t top_raw;  // how many best entries of the raw row
+  float penalty;    // repetition penalty, 1 = none
+  int32_t penalized_begin, penalized_end;  // this row's ids in SummarizeParams::penalized (distinct)
+};
+struct SummaryRowStats {
+  double log_sum_exp;
+  int32_t fallback_id;
+  float fallback_raw;
+  int32_t best_count, top_count;
+};
+struct SelectedEntry {  // the layout of layerpipe::ScoredId
+  int32_t id;
+  float value;
+  float raw;
+};
+struct SummarizeParams {
+  const float* raw;  // [rows][vocab]
+  float* prepared;   // [rows][vocab] scratch
+  int64_t rows, vocab;
+  const SummaryRowParams* row_params;  // [rows]
+  const int32_t* penalized;
+  int32_t banned[kMaxSummaryBanned];
+  int num_banned;
+  SummaryRowStats* stats;  // [rows]
+  SelectedEntry* best;     // [rows][best_capacity]
+  SelectedEntry* top;      // [rows][top_capacity]
+  int best_capacity, top_capacity;
+};
+cudaError_t LaunchSummarize(const SummarizeParams& p, cudaStream_t stream);
+
 }  // namespace layerpipe::cuda
 
 #endif  // LAYERPIPE_ENGINE_CUDA_KERNELS_H_

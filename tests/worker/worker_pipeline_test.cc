@@ -3,6 +3,7 @@
 // the single-process Engine gives, and a bad frame must cost only its own step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -125,6 +126,50 @@ TEST_F(WorkerPipelineTest, SeededSamplingMatchesTheEngineAndResumesWithRngSkip) 
     resumed.push_back(pipe.Run(f).results(0).token());
   }
   EXPECT_EQ(resumed, std::vector<int32_t>(want.tokens.begin() + kKept, want.tokens.end()));
+}
+
+// The last stage answers a greedy or top-k row from a logit summary (what a GPU keeps on the device)
+// and a plain-temperature row from the whole row; either way the token's logprob and the top
+// logprobs are those of the model's full distribution.
+TEST_F(WorkerPipelineTest, SampledLogprobsAreThoseOfTheWholeRowWithOrWithoutASummary) {
+  Pipeline pipe(3);
+  pipe.Assign(dir(), kThreeStages, "fp32");
+  auto engine = LoadEngine(dir(), Precision::kFp32);
+  const int64_t V = engine->config().vocab_size;
+  auto kv = engine->NewSequence();
+  StepInput in{kv.get(), kPromptA};
+  auto logits = engine->Step({&in, 1});
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  const std::vector<double> lsm = LogSoftmax((*logits)[0].data(), V);
+  std::vector<int32_t> order(V);
+  for (int32_t i = 0; i < V; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return lsm[a] > lsm[b]; });
+
+  uint64_t seq = 10;
+  for (const SamplingParams& p : {SamplingParams{.temperature = 0},
+                                  SamplingParams{.temperature = 0.9f, .top_k = 7, .repetition_penalty = 1.3f, .seed = 5},
+                                  SamplingParams{.temperature = 0.9f, .top_p = 0.8f, .seed = 5}}) {
+    SCOPED_TRACE(::testing::Message() << "temperature " << p.temperature << " top_k " << p.top_k);
+    v1::StepFrame f;
+    v1::StepSlice* s = AddSlice(&f, ++seq, 0, kPromptA, true);
+    s->mutable_sampling()->set_temperature(p.temperature);
+    s->mutable_sampling()->set_top_k(p.top_k);
+    s->mutable_sampling()->set_top_p(p.top_p);
+    s->mutable_sampling()->set_repetition_penalty(p.repetition_penalty);
+    s->mutable_sampling()->set_seed(p.seed);
+    s->set_top_logprobs(5);
+    const v1::StepResult r = pipe.Run(f);
+    ASSERT_EQ(r.results_size(), 1) << r.error();
+    const v1::SliceResult& res = r.results(0);
+    Sampler sampler(p, static_cast<int>(V));
+    EXPECT_EQ(res.token(), sampler.Sample((*logits)[0], kPromptA));
+    EXPECT_NEAR(res.logprob(), lsm[res.token()], 1e-5);
+    ASSERT_EQ(res.top_size(), 5);
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(res.top(i).id(), order[i]) << i;
+      EXPECT_NEAR(res.top(i).logprob(), lsm[order[i]], 1e-5) << i;
+    }
+  }
 }
 
 TEST_F(WorkerPipelineTest, ScoresAndLogitsEqualTheEngine) {

@@ -16,7 +16,7 @@
 #include "worker/frame_check.h"
 #include "worker/hidden_codec.h"
 #include "worker/kv_bytes.h"
-#include "worker/logprobs.h"
+#include "engine/logprobs.h"
 #include "worker/step_sequencer.h"
 #include "common/host_name.h"
 

@@ -1,12 +1,13 @@
 // Log-probabilities from a row of softcapped logits: the model's own distribution, before any
 // sampling filter or repetition penalty, which is what a client asking for logprobs wants to see.
-#ifndef LAYERPIPE_WORKER_LOGPROBS_H_
-#define LAYERPIPE_WORKER_LOGPROBS_H_
+#ifndef LAYERPIPE_ENGINE_LOGPROBS_H_
+#define LAYERPIPE_ENGINE_LOGPROBS_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/types/span.h"
+#include "engine/logit_summary.h"
 
 namespace layerpipe {
 
@@ -20,7 +21,9 @@ struct IdLogprob {
 
 // The k ids with the highest logits (ties to the lower id), best first, each with row[id] - lse.
 std::vector<IdLogprob> TopLogprobs(absl::Span<const float> row, int k, double lse);
+// The same from those best entries already chosen (a LogitRowSummary's top_raw).
+std::vector<IdLogprob> TopLogprobs(absl::Span<const ScoredId> best, double lse);
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_WORKER_LOGPROBS_H_
+#endif  // LAYERPIPE_ENGINE_LOGPROBS_H_
