@@ -1,6 +1,7 @@
 // Speed of the CUDA backend on a checkpoint of the full 12B shapes: prefill of one long prompt
 // (TFLOP/s against the device's dense bf16 peak) and batched decode at a given context (tok/s and the
-// HBM bandwidth the step's weight and KV reads imply, against the device's peak).
+// HBM bandwidth the step's weight and KV reads imply, against the device's peak), with greedy tokens
+// picked on the device; and the head with its pick both ways (logits to the host vs on the device).
 //
 //   bench_cuda --model /data/12b_shape           # an existing checkpoint
 //   bench_cuda --workdir /tmp/layerpipe_bench    # generates (once) a random 48-layer 12B-shaped one
@@ -20,6 +21,8 @@
 #include "engine/checkpoint_writer.h"
 #include "engine/config.h"
 #include "engine/cuda/cuda_backend.h"
+#include "engine/logit_summary.h"
+#include "engine/sampler.h"
 #include "engine/weights.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory (empty: generate a 12B-shaped one under --workdir)");
@@ -31,6 +34,7 @@ ABSL_FLAG(int, prompt_tokens, 4096, "prefill length (one sequence, one chunk)");
 ABSL_FLAG(std::string, batches, "1,8", "decode batch sizes");
 ABSL_FLAG(int, context, 1024, "tokens each decoding sequence holds before the timed steps");
 ABSL_FLAG(int, decode_tokens, 32, "timed decode steps per batch size");
+ABSL_FLAG(bool, device_sampling, true, "greedy tokens from device logit summaries (false: logits to the host)");
 ABSL_FLAG(double, hbm_gbs, 4800, "device memory bandwidth in GB/s (H200: 4800)");
 ABSL_FLAG(double, peak_tflops, 989, "dense bf16 tensor peak in TFLOP/s (H200: 989)");
 
@@ -47,6 +51,30 @@ std::vector<int32_t> Prompt(int n, int64_t vocab, uint32_t seed) {
   return ids;
 }
 
+// The head and a greedy pick for `rows` hidden rows: on the device (a LogitRowSummary per row) or
+// with the logits copied to the host and the host Sampler.
+bool Head(LayerBackend& b, const std::vector<float>& last, int64_t rows, bool on_device) {
+  const ModelConfig& c = b.weights().config();
+  Sampler greedy(SamplingParams{}, static_cast<int>(c.vocab_size));
+  if (on_device) {
+    std::vector<LogitRowRequest> requests(static_cast<size_t>(rows), LogitRowRequest{.best = 1});
+    std::vector<LogitRowSummary> summaries;
+    if (auto st = b.SummarizeLogits(last.data(), requests, &summaries); !st.ok()) {
+      return std::fprintf(stderr, "%s\n", st.ToString().c_str()), false;
+    }
+    for (const LogitRowSummary& s : summaries) greedy.SampleFromSummary(s);
+    return true;
+  }
+  std::vector<float> logits(rows * c.vocab_size);
+  if (auto st = b.Logits(last.data(), rows, logits.data()); !st.ok()) {
+    return std::fprintf(stderr, "%s\n", st.ToString().c_str()), false;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    greedy.Sample({logits.data() + r * c.vocab_size, static_cast<size_t>(c.vocab_size)}, {});
+  }
+  return true;
+}
+
 // Embeds, runs the layers and the head over `slices` (the last row of each), as a serving step does.
 bool Step(LayerBackend& b, std::vector<SequenceSlice>& slices, const std::vector<int32_t>& ids) {
   const ModelConfig& c = b.weights().config();
@@ -60,10 +88,28 @@ bool Step(LayerBackend& b, std::vector<SequenceSlice>& slices, const std::vector
     row += s.n;
     last.insert(last.end(), h.begin() + (row - 1) * c.hidden_size, h.begin() + row * c.hidden_size);
   }
-  std::vector<float> logits(slices.size() * c.vocab_size);
-  if (auto st = b.Logits(last.data(), static_cast<int64_t>(slices.size()), logits.data()); !st.ok()) {
-    return std::fprintf(stderr, "%s\n", st.ToString().c_str()), false;
+  return Head(b, last, static_cast<int64_t>(slices.size()), absl::GetFlag(FLAGS_device_sampling));
+}
+
+// Milliseconds per head + greedy pick for `rows` rows, each way.
+bool CompareHeads(LayerBackend& b, int64_t rows) {
+  const ModelConfig& c = b.weights().config();
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> last(rows * c.hidden_size);
+  for (float& v : last) v = normal(rng);
+  double ms[2];
+  for (int on_device = 0; on_device < 2; ++on_device) {
+    if (!Head(b, last, rows, on_device)) return false;  // warm-up
+    constexpr int kReps = 20;
+    auto t0 = Clock::now();
+    for (int i = 0; i < kReps; ++i) {
+      if (!Head(b, last, rows, on_device)) return false;
+    }
+    ms[on_device] = 1e3 * Seconds(t0, Clock::now()) / kReps;
   }
+  std::printf("head + greedy pick, %lld rows: logits to host %.3f ms, sampled on the device %.3f ms\n",
+              static_cast<long long>(rows), ms[0], ms[1]);
   return true;
 }
 
@@ -128,6 +174,10 @@ int Run(const std::string& dir) {
     const double tflops = flops / secs / 1e12;
     std::printf("prefill %d tokens: %.3f s  %.0f tok/s  %.1f TFLOP/s  (%.1f%% of %.0f peak)\n", n, secs, n / secs,
                 tflops, 100 * tflops / peak, peak);
+  }
+
+  for (int64_t rows : {1, 8}) {
+    if (!CompareHeads(b, rows)) return 1;
   }
 
   const int ctx = std::max(1, absl::GetFlag(FLAGS_context)), steps = std::max(1, absl::GetFlag(FLAGS_decode_tokens));

@@ -47,6 +47,44 @@ struct StepShape {
 };
 
 // The host side of a step's metadata.
+// A slice attended through GEMMs (step_plan.h) and its query blocks for each layer type.
+struct GemmSlice {
+  int32_t index;
+  SliceMeta slice;
+  std::vector<GemmQueryBlock> sliding, full;
+};
+
+// Byte offsets of one query block's GEMM-attention scratch inside one buffer.
+struct GemmScratchLayout {
+  size_t q_hi, q_lo, k, v, scores, p_hi, p_lo, o, total;
+};
+
+GemmScratchLayout GemmScratchFor(const GemmQueryBlock& b, int heads, int kv_heads, int head_dim) {
+  GemmScratchLayout l{};
+  size_t at = 0;
+  auto section = [&at](size_t bytes) {
+    const size_t start = at;
+    at = (at + bytes + 255) / 256 * 256;
+    return start;
+  };
+  const size_t q = size_t(heads) * b.rows_pad * head_dim, kv = size_t(kv_heads) * b.keys_pad * head_dim;
+  const size_t s = size_t(heads) * b.rows_pad * b.keys_pad;
+  l.q_hi = section(q * 2);
+  l.q_lo = section(q * 2);
+  l.k = section(kv * 2);
+  l.v = section(kv * 2);
+  l.scores = section(s * 4);
+  l.p_hi = section(s * 2);
+  l.p_lo = section(s * 2);
+  l.o = section(q * 4);
+  l.total = at;
+  return l;
+}
+
+// Scores and probabilities of one query block stay below this (PlanGemmQueryBlocks) unless
+// LAYERPIPE_CUDA_GEMM_ATTENTION_BUDGET (bytes) says otherwise.
+constexpr int64_t kDefaultGemmAttentionBudget = int64_t{256} << 20;
+
 struct HostStep {
   std::vector<SliceMeta> slices;
   std::vector<int32_t> row_slice;
@@ -54,6 +92,7 @@ struct HostStep {
   std::vector<int32_t> kv_offset;
   std::vector<uint64_t> ptrs;
   std::vector<float> cs_sliding, cs_full;
+  std::vector<GemmSlice> gemm;
   StepShape shape;
 };
 
@@ -138,6 +177,8 @@ class CudaBackend final : public LayerBackend {
   absl::Status EnsureScratch(const StepShape& shape);
   absl::Status RunLayers(const StepShape& shape);
   absl::Status RunLayer(int l, const StepShape& shape);
+  // Attention of one query block of a GEMM slice (step_plan.h); `p` holds the layer's and slice's part.
+  absl::Status RunGemmAttention(const GemmQueryBlock& b, GemmAttentionParams p);
   // Final norm, tied head and softcap of `rows` host hidden rows into logits_ (left on the device).
   absl::Status RunHead(const float* hidden, int64_t rows);
 
@@ -147,6 +188,8 @@ class CudaBackend final : public LayerBackend {
   int device_;
   int sm_count_ = 0;
   bool use_graphs_ = true;
+  bool gemm_attention_ = true;  // long prefill slices attend through GEMMs (bf16 mode)
+  int64_t gemm_attention_budget_ = kDefaultGemmAttentionBudget;
   bool rows_pool_ = false;  // the device has stream-ordered pools, which device rows come from
   std::string pci_bus_id_;
   std::shared_ptr<Stream> stream_owner_;
@@ -167,6 +210,9 @@ class CudaBackend final : public LayerBackend {
   int64_t cap_rows_ = 0;
   DeviceBuffer h_, x_, qkv_, k_new_, v_new_, attn_, o_, gu_, act_;
   DeviceBuffer part_acc_, part_ml_, meta_;
+  // The current step's GEMM-attention slices (never in a decode graph: those have one row per slice).
+  std::vector<GemmSlice> gemm_slices_;
+  DeviceBuffer gemm_scratch_;
   PinnedBuffer meta_host_;
   // Embed / Logits / SummarizeLogits only (never in a graph).
   DeviceBuffer ids_, logits_;
@@ -193,6 +239,15 @@ absl::Status CudaBackend::Init() {
   rows_pool_ = *pool;
   if (const char* env = std::getenv("LAYERPIPE_CUDA_GRAPHS"); env != nullptr && std::string(env) == "0") {
     use_graphs_ = false;
+  }
+  if (const char* env = std::getenv("LAYERPIPE_CUDA_GEMM_ATTENTION"); env != nullptr && std::string(env) == "0") {
+    gemm_attention_ = false;
+  }
+  gemm_attention_ = gemm_attention_ && act_bf16();
+  if (const char* env = std::getenv("LAYERPIPE_CUDA_GEMM_ATTENTION_BUDGET"); env != nullptr) {
+    const long long bytes = std::atoll(env);
+    if (bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("LAYERPIPE_CUDA_GEMM_ATTENTION_BUDGET=", env));
+    gemm_attention_budget_ = bytes;
   }
   for (int l = layer_begin(); l < layer_end(); ++l) {
     const int hd = cfg_.HeadDim(l);
@@ -261,8 +316,16 @@ HostStep CudaBackend::Plan(absl::Span<const SequenceSlice> slices) const {
     row += s.n;
   }
   const int64_t rows = row;
-  st.tiles_sliding = MakeTiles(st.slices, blocking_sliding_.rows_per_tile);
-  st.tiles_full = MakeTiles(st.slices, blocking_full_.rows_per_tile);
+  std::vector<bool> by_gemm(st.slices.size(), false);
+  for (size_t i = 0; i < st.slices.size(); ++i) {
+    if (!gemm_attention_ || st.slices[i].n < kGemmAttentionMinRows) continue;
+    by_gemm[i] = true;
+    st.gemm.push_back({static_cast<int32_t>(i), st.slices[i],
+                       PlanGemmQueryBlocks(st.slices[i], cfg_.sliding_window, cfg_.num_heads, gemm_attention_budget_),
+                       PlanGemmQueryBlocks(st.slices[i], 0, cfg_.num_heads, gemm_attention_budget_)});
+  }
+  st.tiles_sliding = MakeTiles(st.slices, blocking_sliding_.rows_per_tile, by_gemm);
+  st.tiles_full = MakeTiles(st.slices, blocking_full_.rows_per_tile, by_gemm);
   const int b = static_cast<int>(slices.size());
   st.kv_offset.resize(static_cast<size_t>(num_local()) * b);
   for (int local = 0; local < num_local(); ++local) {
@@ -415,6 +478,19 @@ absl::Status CudaBackend::Step(absl::Span<const SequenceSlice> slices, const Ste
   HostStep st = Plan(slices);
   const StepShape& shape = st.shape;
   LP_RETURN_IF_ERROR(EnsureScratch(shape));
+  size_t gemm_bytes = 0;
+  for (const GemmSlice& g : st.gemm) {
+    for (const GemmQueryBlock& b : g.sliding) {
+      gemm_bytes = std::max(gemm_bytes, GemmScratchFor(b, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_dim).total);
+    }
+    for (const GemmQueryBlock& b : g.full) {
+      gemm_bytes = std::max(
+          gemm_bytes, GemmScratchFor(b, cfg_.num_heads, cfg_.num_global_kv_heads, cfg_.global_head_dim).total);
+    }
+  }
+  bool moved = false;  // never captured in a graph, so moving it costs nothing
+  LP_RETURN_IF_ERROR(gemm_scratch_.EnsureAtLeast(gemm_bytes, &moved));
+  gemm_slices_ = std::move(st.gemm);
 
   uint8_t* mh = meta_host_.get();
   const StepLayout& lay = shape.layout;
@@ -550,6 +626,29 @@ absl::Status CudaBackend::RunLayer(int l, const StepShape& shape) {
   at.splits = full ? shape.splits_full : shape.splits_sliding;
   at.kv_bf16 = bf16;
   LP_CUDA_RETURN_IF_ERROR(LaunchAttention(at, stream_));
+  // The GEMM slices have no tiles above; they run after it because a split-K reduce writes every row
+  // of the step (the GEMM slices' with meaningless values) and the scatter below must have the last word.
+  if (!gemm_slices_.empty()) {
+    GemmAttentionParams gp{};
+    gp.kv_offset = kv_offset;
+    gp.k_new = k_new_.get();
+    gp.v_new = v_new_.get();
+    gp.kv_width = kw;
+    gp.ptrs = ptrs;
+    gp.window = window;
+    gp.q = qkv_.as<float>();
+    gp.q_stride = L.qkv.rows;
+    gp.heads = nh;
+    gp.kv_heads = kvh;
+    gp.head_dim = hd;
+    gp.out = attn_.get();
+    gp.out_bf16 = bf16;
+    for (const GemmSlice& g : gemm_slices_) {
+      gp.slice = g.slice;
+      gp.slice_index = g.index;
+      for (const GemmQueryBlock& b : full ? g.full : g.sliding) LP_RETURN_IF_ERROR(RunGemmAttention(b, gp));
+    }
+  }
 
   StoreKvParams store{};
   store.k_new = k_new_.get();
@@ -600,6 +699,44 @@ absl::Status CudaBackend::Embed(absl::Span<const int32_t> ids, float* hidden) {
   LP_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(hidden, logits_.get(), rows * H * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   LP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::RunGemmAttention(const GemmQueryBlock& b, GemmAttentionParams p) {
+  p.row_begin = b.row_begin;
+  p.rows = b.rows;
+  p.rows_pad = b.rows_pad;
+  p.key_begin = b.key_begin;
+  p.keys = b.keys;
+  p.keys_pad = b.keys_pad;
+  const GemmScratchLayout lay = GemmScratchFor(b, p.heads, p.kv_heads, p.head_dim);
+  uint8_t* base = gemm_scratch_.as<uint8_t>();
+  p.q_hi = reinterpret_cast<uint16_t*>(base + lay.q_hi);
+  p.q_lo = reinterpret_cast<uint16_t*>(base + lay.q_lo);
+  p.k = reinterpret_cast<uint16_t*>(base + lay.k);
+  p.v = reinterpret_cast<uint16_t*>(base + lay.v);
+  p.scores = reinterpret_cast<float*>(base + lay.scores);
+  p.p_hi = reinterpret_cast<uint16_t*>(base + lay.p_hi);
+  p.p_lo = reinterpret_cast<uint16_t*>(base + lay.p_lo);
+  p.o = reinterpret_cast<float*>(base + lay.o);
+  const int group = p.heads / p.kv_heads;
+  const int64_t m = int64_t(group) * b.rows_pad, hd = p.head_dim;
+  // Scores: per KV head, its stacked queries times its keys (both halves of each query).
+  LP_CUDA_RETURN_IF_ERROR(LaunchGemmAttentionStage(p, stream_));
+  GemmOptions per_kv_head;
+  per_kv_head.batch = p.kv_heads;
+  LP_RETURN_IF_ERROR(gemm_->Run(p.q_hi, p.k, true, m, b.keys_pad, hd, p.scores, stream_, per_kv_head));
+  GemmOptions add = per_kv_head;
+  add.accumulate = true;
+  LP_RETURN_IF_ERROR(gemm_->Run(p.q_lo, p.k, true, m, b.keys_pad, hd, p.scores, stream_, add));
+  LP_CUDA_RETURN_IF_ERROR(LaunchGemmAttentionSoftmax(p, stream_));
+  // Output: probabilities (both halves) times values, V given as [keys][hd].
+  GemmOptions pv = per_kv_head;
+  pv.w_is_kn = true;
+  LP_RETURN_IF_ERROR(gemm_->Run(p.p_hi, p.v, true, m, hd, b.keys_pad, p.o, stream_, pv));
+  pv.accumulate = true;
+  LP_RETURN_IF_ERROR(gemm_->Run(p.p_lo, p.v, true, m, hd, b.keys_pad, p.o, stream_, pv));
+  LP_CUDA_RETURN_IF_ERROR(LaunchGemmAttentionScatter(p, stream_));
   return absl::OkStatus();
 }
 

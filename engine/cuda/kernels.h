@@ -106,6 +106,41 @@ cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream);
 // dst = widen(src) for bf16 raw bits.
 cudaError_t LaunchBf16ToF32(const uint16_t* src, float* dst, int64_t n, cudaStream_t stream);
 
+// ---- Prefill attention on tensor cores (kernels_attention_gemm.cu) for one query block of one slice
+// (step_plan.h: GemmQueryBlock), bf16 KV only. Queries are stacked per KV head as (head in group, row),
+// m = group · rows_pad rows, so each KV head's scores are one GEMM of its stacked queries by its keys.
+struct GemmAttentionParams {
+  SliceMeta slice;
+  int32_t slice_index;       // into kv_offset
+  const int32_t* kv_offset;  // this layer's row of the step's kv_offset table
+  const void* k_new;
+  const void* v_new;
+  int64_t kv_width;
+  const uint64_t* ptrs;
+  int64_t window;  // 0: full attention over pages
+  const float* q;  // [step rows][q_stride]
+  int64_t q_stride;
+  int heads, kv_heads, head_dim;
+  int64_t row_begin, rows, rows_pad, key_begin, keys, keys_pad;
+  // Scratch; bf16 ones as raw 16-bit storage.
+  uint16_t* q_hi;  // [kv][m][hd]
+  uint16_t* q_lo;
+  uint16_t* k;     // [kv][keys_pad][hd]
+  uint16_t* v;
+  float* scores;   // [kv][m][keys_pad]
+  uint16_t* p_hi;  // [kv][m][keys_pad]
+  uint16_t* p_lo;
+  float* o;        // [kv][m][hd]
+  void* out;       // the step's attention rows [rows][heads · hd]
+  bool out_bf16;
+};
+// q_hi/q_lo, k, v from the step's queries and the caches.
+cudaError_t LaunchGemmAttentionStage(const GemmAttentionParams& p, cudaStream_t stream);
+// p_hi/p_lo = split(softmax(scores)) under the causal / window mask.
+cudaError_t LaunchGemmAttentionSoftmax(const GemmAttentionParams& p, cudaStream_t stream);
+// out rows of the block = o.
+cudaError_t LaunchGemmAttentionScatter(const GemmAttentionParams& p, cudaStream_t stream);
+
 // ---- Sampling on the device (kernels_sample.cu): each row's LogitRowSummary (engine/logit_summary.h)
 // from the raw (softcapped) logits, selections unordered; the host sorts the few entries.
 inline constexpr int kMaxSummaryBanned = 4;

@@ -9,6 +9,7 @@
 
 #include <cfloat>
 
+#include "engine/cuda/attention_keys.cuh"
 #include "engine/cuda/device_common.cuh"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/kv_index.h"
@@ -21,21 +22,12 @@ constexpr int kQueriesPerWarp = kQueriesPerBlock / kWarps;
 constexpr int kMaxDimsPerLane = kMaxHeadDim / 32;
 static_assert(kKeysPerTile == 32, "a tile's scores are spread one per lane");
 
-// Element pointer of key (which = 0) or value (which = 1) `key` of KV head `kvh` for a block whose
-// slice starts at pos0: older positions come from the cache, the step's own from k_new / v_new (the
-// cache is only written after attention, so a ring never loses keys an earlier row still needs).
+// Key / value `key` of KV head `kvh` (attention_keys.cuh).
 template <typename T>
 __device__ __forceinline__ const T* KeyRow(const AttentionParams& p, const SliceMeta& s, int32_t kv_off, int64_t key,
                                            int which, int kvh) {
-  const int64_t head_off = int64_t(kvh) * p.head_dim;
-  if (key >= s.pos0) {
-    const T* base = static_cast<const T*>(which == 0 ? p.k_new : p.v_new);
-    return base + (s.row0 + (key - s.pos0)) * p.kv_width + head_off;
-  }
-  const bool ring = p.window > 0;
-  const KvSlot slot = KvSlotOf(key, ring, p.window);
-  const T* block = reinterpret_cast<const T*>(p.ptrs[kv_off + slot.block]);
-  return block + KvRowOffset(slot.slot, which, p.kv_width) + head_off;
+  const KeySource src{p.k_new, p.v_new, p.kv_width, p.ptrs, p.window};
+  return KeyRow<T>(src, s, kv_off, key, which, int64_t(kvh) * p.head_dim);
 }
 
 template <typename T>

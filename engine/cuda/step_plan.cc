@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/cuda/kv_index.h"
+
 namespace layerpipe::cuda {
 namespace {
 
@@ -21,9 +23,11 @@ AttentionBlocking BlockingFor(int heads, int kv_heads) {
   return b;
 }
 
-std::vector<TileMeta> MakeTiles(const std::vector<SliceMeta>& slices, int rows_per_tile) {
+std::vector<TileMeta> MakeTiles(const std::vector<SliceMeta>& slices, int rows_per_tile,
+                                const std::vector<bool>& skip) {
   std::vector<TileMeta> tiles;
   for (size_t s = 0; s < slices.size(); ++s) {
+    if (s < skip.size() && skip[s]) continue;
     for (int32_t r = 0; r < slices[s].n; r += rows_per_tile) tiles.push_back({static_cast<int32_t>(s), r});
   }
   return tiles;
@@ -35,6 +39,28 @@ int ChooseSplits(int64_t blocks, int64_t max_keys, int sm_count) {
   const int64_t piece = kMinTilesPerSplit * kKeysPerTile;
   const int64_t for_keys = std::max<int64_t>(1, (max_keys + piece - 1) / piece);
   return static_cast<int>(std::clamp<int64_t>(std::min(for_sms, for_keys), 1, kMaxSplits));
+}
+
+std::vector<GemmQueryBlock> PlanGemmQueryBlocks(const SliceMeta& s, int64_t window, int heads,
+                                                int64_t budget_bytes) {
+  auto round_up = [](int64_t x, int64_t a) { return (x + a - 1) / a * a; };
+  // The widest key range is the last row's; every block's is at most that long.
+  const int64_t last = s.pos0 + s.n - 1;
+  const int64_t max_keys = round_up(last - FirstVisibleKey(s.pos0, window) + 1, kGemmAttentionKeyAlign);
+  int64_t rows = budget_bytes / (8 * int64_t{heads} * max_keys);
+  rows = std::max(kGemmAttentionRowAlign, rows / kGemmAttentionRowAlign * kGemmAttentionRowAlign);
+  std::vector<GemmQueryBlock> blocks;
+  for (int64_t r0 = 0; r0 < s.n; r0 += rows) {
+    GemmQueryBlock b;
+    b.row_begin = r0;
+    b.rows = std::min<int64_t>(rows, s.n - r0);
+    b.rows_pad = round_up(b.rows, kGemmAttentionRowAlign);
+    b.key_begin = FirstVisibleKey(s.pos0 + r0, window);
+    b.keys = s.pos0 + r0 + b.rows - b.key_begin;
+    b.keys_pad = round_up(b.keys, kGemmAttentionKeyAlign);
+    blocks.push_back(b);
+  }
+  return blocks;
 }
 
 StepLayout LayoutFor(int num_slices, int64_t rows, size_t tiles_sliding, size_t tiles_full, int local_layers,

@@ -41,8 +41,30 @@ struct AttentionBlocking {
 
 AttentionBlocking BlockingFor(int heads, int kv_heads);
 
-// Tiles of `rows_per_tile` rows covering every row of every slice exactly once, in slice order.
-std::vector<TileMeta> MakeTiles(const std::vector<SliceMeta>& slices, int rows_per_tile);
+// Tiles of `rows_per_tile` rows covering every row of every slice exactly once, in slice order, except
+// the slices whose `skip` entry is true (empty `skip`: none).
+std::vector<TileMeta> MakeTiles(const std::vector<SliceMeta>& slices, int rows_per_tile,
+                                const std::vector<bool>& skip = {});
+
+// ---- Prefill attention on tensor cores (kernels_attention_gemm.cu): a slice with at least this many
+// rows is attended with cuBLASLt GEMMs (scores, then probabilities times values) instead of the
+// attention kernel, in the bf16 mode.
+constexpr int64_t kGemmAttentionMinRows = 64;
+// GEMM shapes are padded to these multiples so that few distinct shapes (cuBLASLt plans) arise.
+constexpr int64_t kGemmAttentionRowAlign = 16;
+constexpr int64_t kGemmAttentionKeyAlign = 64;
+
+// One block of a slice's queries and the keys they see: rows [row_begin, row_begin + rows) of the
+// slice (padded to rows_pad) against positions [key_begin, key_begin + keys) (padded to keys_pad).
+struct GemmQueryBlock {
+  int64_t row_begin, rows, rows_pad;
+  int64_t key_begin, keys, keys_pad;
+};
+
+// Cuts a slice into query blocks whose scratch (scores and probabilities: 8 bytes per query head, row
+// and key) stays within `budget_bytes`, never below kGemmAttentionRowAlign rows per block.
+std::vector<GemmQueryBlock> PlanGemmQueryBlocks(const SliceMeta& s, int64_t window, int heads,
+                                                int64_t budget_bytes);
 
 // Key-range splits for a launch of `blocks` blocks (before splitting) whose key ranges are at most
 // `max_keys` long: enough to give every SM two blocks, never pieces shorter than a few tiles.

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Every GPU check and benchmark in one run, for a machine with one CUDA GPU (sized for an H200 and
 # ~8 minutes): builds with the CUDA backend, then
-#   1. the CUDA backend against the CPU backend (ctest -L gpu: gtest, both precisions);
+#   1. the CUDA backend against the CPU backend (ctest -L gpu: gtest, both precisions), prefill
+#      attention through GEMMs against the attention kernel, and sampling on the device against the
+#      host sampler;
 #   2. the CUDA backend against the float64 oracle (tests/oracle/check_engine.py --device cuda);
 #   3. a two-worker pipeline with both stages on the GPU, its greedy ids against the single-process engine
 #      (one GPU: the stages share it, so activations go over gRPC; with two GPUs a second run on cuda:0 and
 #      cuda:1 must link them over NCCL);
-#   4. bench_cuda on a generated checkpoint of the full 12B shape (48 layers, bf16, 262,144 vocab).
+#   4. bench_cuda on a generated checkpoint of the full 12B shape (48 layers, bf16, 262,144 vocab), then its
+#      4k prefill again with the attention kernel instead of GEMMs (LAYERPIPE_CUDA_GEMM_ATTENTION=0).
 # Prints a summary line per part and exits non-zero if any check failed (benchmarks report figures only).
 #
 # The GPU machine lent to sessions has the CUDA toolkit but not this project's Debian libraries, so it
@@ -81,7 +84,11 @@ fi
 
 section "1. CUDA backend vs CPU backend (the gpu-labelled tests)"
 if [ "$bundle" -eq 1 ]; then
-  (timeout 300 "$bin/step_plan_test" && timeout 300 "$bin/cuda_backend_test") 2>&1 | grep -vE "^\[ (RUN|      OK) " | tail -60
+  (rc=0
+   for t in step_plan_test cuda_backend_test cuda_gemm_attention_test cuda_sampling_test; do
+     timeout 300 "$bin/$t" || rc=1
+   done
+   exit $rc) 2>&1 | grep -vE "^\[ (RUN|      OK) " | tail -80
 else
   (cd "$build" && ctest -L gpu --output-on-failure --timeout 300) 2>&1 | tail -40
 fi
@@ -126,6 +133,8 @@ if [ "$skip_bench" -eq 0 ]; then
   section "4. bench_cuda, full 12B shape"
   timeout 420 "$bin/bench_cuda" --workdir "$work/bench" 2>&1 | tail -40
   record "bench_cuda (figures above)" "${PIPESTATUS[0]}"
+  echo "--- 4k prefill with the attention kernel instead of GEMMs"
+  LAYERPIPE_CUDA_GEMM_ATTENTION=0 timeout 150 "$bin/bench_cuda" --workdir "$work/bench" --batches "" 2>&1 | tail -3
 fi
 
 section "summary ($(($(date +%s) - start))s)"

@@ -102,6 +102,48 @@ TEST(StepPlanTest, TilesCoverEveryRowOnce) {
   }
 }
 
+TEST(StepPlanTest, SkippedSlicesGetNoTiles) {
+  std::vector<SliceMeta> slices = {{0, 9, 0}, {40, 100, 9}, {3, 17, 109}};
+  const auto tiles = MakeTiles(slices, 4, {false, true, false});
+  for (const TileMeta& t : tiles) EXPECT_NE(t.slice, 1);
+  EXPECT_EQ(tiles.size(), 3u + 5u);
+}
+
+TEST(StepPlanTest, GemmQueryBlocksCoverEveryRowAndEveryKeyItSees) {
+  for (int64_t window : {0, 6, 1024}) {
+    for (int64_t pos0 : {0, 5, 700, 5000}) {
+      for (int32_t n : {64, 65, 600, 4096}) {
+        for (int64_t budget : {int64_t{1} << 14, int64_t{64} << 20, int64_t{1} << 40}) {
+          const int heads = 16;
+          const SliceMeta s{pos0, n, 0};
+          const auto blocks = PlanGemmQueryBlocks(s, window, heads, budget);
+          int64_t next_row = 0;
+          for (const GemmQueryBlock& b : blocks) {
+            SCOPED_TRACE(::testing::Message() << "window " << window << " pos0 " << pos0 << " n " << n << " budget "
+                                              << budget << " block at " << b.row_begin);
+            EXPECT_EQ(b.row_begin, next_row);
+            next_row += b.rows;
+            EXPECT_GT(b.rows, 0);
+            EXPECT_GE(b.rows_pad, b.rows);
+            EXPECT_EQ(b.rows_pad % kGemmAttentionRowAlign, 0);
+            EXPECT_GE(b.keys_pad, b.keys);
+            EXPECT_EQ(b.keys_pad % kGemmAttentionKeyAlign, 0);
+            // The last row's own key ends the range; every row's first visible key is inside it.
+            EXPECT_EQ(b.key_begin + b.keys - 1, pos0 + b.row_begin + b.rows - 1);
+            for (int64_t r = b.row_begin; r < b.row_begin + b.rows; ++r) {
+              EXPECT_GE(FirstVisibleKey(pos0 + r, window), b.key_begin);
+            }
+            EXPECT_EQ(b.key_begin, FirstVisibleKey(pos0 + b.row_begin, window));
+            // Within budget unless already at the smallest block.
+            if (b.rows_pad > kGemmAttentionRowAlign) EXPECT_LE(8 * heads * b.rows_pad * b.keys_pad, budget);
+          }
+          EXPECT_EQ(next_row, n);
+        }
+      }
+    }
+  }
+}
+
 TEST(StepPlanTest, SplitsDependOnTheLaunchNotTheContext) {
   EXPECT_EQ(ChooseSplits(10000, 1 << 20, 132), 1);               // prefill: enough blocks
   EXPECT_EQ(ChooseSplits(1, 1 << 20, 132), kMaxSplits);          // one long decode
