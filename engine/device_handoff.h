@@ -23,6 +23,10 @@ class DeviceRows {
   virtual absl::Status CopyToHost(float* out) const = 0;
 };
 
+// What kind of link two neighbouring stages join: between two devices (NCCL), or between two processes
+// sharing one device (CUDA IPC: NCCL refuses two ranks on one GPU).
+enum class PeerLinkKind { kAcrossDevices, kSameDevice };
+
 // One direction of a two-party link between stage i (rank 0, sends) and stage i+1 (rank 1, receives).
 // Sends and receives pair up in call order, so both ends must make the same sequence of calls.
 class PeerLink {
@@ -37,7 +41,7 @@ class PeerLink {
   // say they were lost), and every later call fails. A stage being replaced calls it so its compute
   // thread is never left waiting on a transfer that cannot come.
   virtual void Abort() = 0;
-  // "nccl", for status and logs.
+  // "nccl" or "cuda-ipc", for status and logs.
   virtual std::string transport() const = 0;
 };
 

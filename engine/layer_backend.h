@@ -73,7 +73,7 @@ class LayerBackend {
   // True when ForwardToDevice and the peer-link calls work.
   virtual bool device_handoff() const { return false; }
   // What identifies the device across processes on one host (a PCI bus id): two stages on one device
-  // cannot share a link (NCCL refuses two ranks on one GPU).
+  // join a kSameDevice link, two on different devices a kAcrossDevices one.
   virtual std::string device_uid() const { return ""; }
   // Forward whose input rows are `host_in` (host memory) or, when that is null, `device_in`, leaving the
   // output rows in this backend's device memory. Same contract as Forward otherwise.
@@ -82,14 +82,15 @@ class LayerBackend {
                                                                       std::unique_ptr<DeviceRows> device_in) {
     return absl::UnimplementedError(device() + " keeps no hidden rows in device memory");
   }
-  // A fresh link id (an NCCL unique id) for the sending stage to give the receiving one.
+  // A fresh link id for the sending stage to give the receiving one; it serves either kind of link.
   virtual absl::StatusOr<std::string> NewPeerLinkId() {
     return absl::UnimplementedError(device() + " has no peer links");
   }
-  // Joins link `id` as rank 0 (sender) or 1 (receiver); returns once both ends have joined. A peer that
-  // never comes must not hold the caller forever: Cancelled as soon as *give_up turns true (the caller's
-  // assignment was replaced), DeadlineExceeded after kPeerLinkJoinTimeout.
-  virtual absl::StatusOr<std::unique_ptr<PeerLink>> JoinPeerLink(const std::string& id, int rank,
+  // Joins link `id` as rank 0 (sender) or 1 (receiver), both ends naming the same kind; returns once
+  // both ends have joined. A peer that never comes must not hold the caller forever: Cancelled as soon
+  // as *give_up turns true (the caller's assignment was replaced), DeadlineExceeded after
+  // kPeerLinkJoinTimeout.
+  virtual absl::StatusOr<std::unique_ptr<PeerLink>> JoinPeerLink(const std::string& id, int rank, PeerLinkKind kind,
                                                                  const std::atomic<bool>* give_up) {
     return absl::UnimplementedError(device() + " has no peer links");
   }

@@ -66,7 +66,8 @@ grpc::Status PeerLinkHop::Negotiate(grpc::ClientContext* ctx) {
     return grpc::Status::OK;
   }
   // The next stage joins in the background; this returns once both ends are in.
-  auto link = backend_->JoinPeerLink(*id, /*rank=*/0, &retired_);
+  const PeerLinkKind kind = reply.same_device() ? PeerLinkKind::kSameDevice : PeerLinkKind::kAcrossDevices;
+  auto link = backend_->JoinPeerLink(*id, /*rank=*/0, kind, &retired_);
   if (!link.ok()) {
     return grpc::Status(grpc::StatusCode::INTERNAL,
                         absl::StrCat("stage ", options_.stage, " could not join its device link to stage ",

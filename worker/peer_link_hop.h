@@ -1,7 +1,8 @@
-// The hop between two GPU stages: activations go over a device link (NCCL) while the frame's metadata
-// and the next stage's verdict still travel over an inner hop (gRPC, or MPI inside layerpipe-mpi).
+// The hop between two GPU stages: activations go over a device link (NCCL between devices, CUDA IPC
+// within one) while the frame's metadata and the next stage's verdict still travel over an inner hop
+// (gRPC, or MPI inside layerpipe-mpi).
 // The link is set up on the first frame (OpenPeerLink to the next worker, then both join); a next stage
-// that declines (a CPU worker, or the same GPU) makes this hop send activations in the frame for good.
+// that declines (a CPU worker) makes this hop send activations in the frame for good.
 #ifndef LAYERPIPE_WORKER_PEER_LINK_HOP_H_
 #define LAYERPIPE_WORKER_PEER_LINK_HOP_H_
 

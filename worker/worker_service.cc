@@ -290,11 +290,10 @@ absl::StatusOr<v1::PeerLinkReply> WorkerService::DoOpenPeerLink(const v1::PeerLi
     reply.set_reason(absl::StrCat("stage ", stage, " runs on ", backend->device(), ", not a GPU"));
     return reply;
   }
-  if (request.host() == host_name_ && request.device_uid() == backend->device_uid()) {
-    reply.set_reason(absl::StrCat("stages ", stage - 1, " and ", stage, " share GPU ", backend->device_uid(), " on ",
-                                  host_name_, " (a device link needs two devices)"));
-    return reply;
-  }
+  // NCCL refuses two ranks on one GPU; stages sharing one link through CUDA IPC instead.
+  const PeerLinkKind kind = request.host() == host_name_ && request.device_uid() == backend->device_uid()
+                                ? PeerLinkKind::kSameDevice
+                                : PeerLinkKind::kAcrossDevices;
   std::lock_guard<std::mutex> lock(a->link_mu);
   if (a->inbound.has_value()) {
     return absl::AlreadyExistsError(absl::StrCat("stage ", stage, " already has a link for epoch ", a->epoch));
@@ -303,8 +302,8 @@ absl::StatusOr<v1::PeerLinkReply> WorkerService::DoOpenPeerLink(const v1::PeerLi
   // holds the assignment so the backend stays alive however long the join takes.
   auto joined = std::make_shared<std::promise<absl::StatusOr<std::shared_ptr<PeerLink>>>>();
   a->inbound = joined->get_future().share();
-  std::thread([a, joined, id = request.link_id()] {
-    auto link = a->stage->backend()->JoinPeerLink(id, /*rank=*/1, &a->retired);
+  std::thread([a, joined, kind, id = request.link_id()] {
+    auto link = a->stage->backend()->JoinPeerLink(id, /*rank=*/1, kind, &a->retired);
     if (link.ok()) {
       std::shared_ptr<PeerLink> shared(std::move(*link));
       {
@@ -318,6 +317,7 @@ absl::StatusOr<v1::PeerLinkReply> WorkerService::DoOpenPeerLink(const v1::PeerLi
     }
   }).detach();
   reply.set_accepted(true);
+  reply.set_same_device(kind == PeerLinkKind::kSameDevice);
   return reply;
 }
 

@@ -25,8 +25,10 @@
 #include "engine/cuda/device_rows.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/ipc_link.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/nccl_link.h"
+#include "engine/cuda/peer_link_id.h"
 #include "engine/cuda/step_plan.h"
 #include "engine/cuda/stream.h"
 #include "engine/logit_summary.h"
@@ -159,7 +161,7 @@ class CudaBackend final : public LayerBackend {
                                                               const float* host_in,
                                                               std::unique_ptr<DeviceRows> device_in) override;
   absl::StatusOr<std::string> NewPeerLinkId() override;
-  absl::StatusOr<std::unique_ptr<PeerLink>> JoinPeerLink(const std::string& id, int rank,
+  absl::StatusOr<std::unique_ptr<PeerLink>> JoinPeerLink(const std::string& id, int rank, PeerLinkKind kind,
                                                          const std::atomic<bool>* give_up) override;
 
  private:
@@ -445,13 +447,22 @@ absl::StatusOr<std::unique_ptr<DeviceRows>> CudaBackend::ForwardToDevice(absl::S
 
 absl::StatusOr<std::string> CudaBackend::NewPeerLinkId() {
   LP_RETURN_IF_ERROR(HandoffAvailable());
-  return NewNcclLinkId();
+  // The next stage decides which kind of link the two join (same device or not), so the id serves
+  // both: an NCCL unique id (empty without NCCL) and a CUDA IPC link name.
+  absl::StatusOr<std::string> nccl = NewNcclLinkId();
+  return EncodePeerLinkId(nccl.ok() ? *nccl : std::string(), NewIpcLinkName());
 }
 
-absl::StatusOr<std::unique_ptr<PeerLink>> CudaBackend::JoinPeerLink(const std::string& id, int rank,
+absl::StatusOr<std::unique_ptr<PeerLink>> CudaBackend::JoinPeerLink(const std::string& id, int rank, PeerLinkKind kind,
                                                                     const std::atomic<bool>* give_up) {
   LP_RETURN_IF_ERROR(HandoffAvailable());
-  return JoinNcclLink(device_, id, rank, give_up);
+  absl::StatusOr<PeerLinkId> parts = DecodePeerLinkId(id);
+  if (!parts.ok()) return parts.status();
+  if (kind == PeerLinkKind::kSameDevice) return JoinIpcLink(device_, parts->ipc_name, rank, give_up);
+  if (parts->nccl.empty()) {
+    return absl::UnimplementedError("the sending stage's CUDA plugin was built without NCCL: no link across devices");
+  }
+  return JoinNcclLink(device_, parts->nccl, rank, give_up);
 }
 
 absl::Status CudaBackend::Step(absl::Span<const SequenceSlice> slices, const StepIo& io) {
@@ -834,7 +845,6 @@ absl::Status CudaBackend::SummarizeLogits(const float* hidden, absl::Span<const 
     rp.penalized_end = next;
   }
   uint8_t* dev = summary_.as<uint8_t>();
-  LP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, stats_at, cudaMemcpyHostToDevice, stream_));
   SummarizeParams p{};
   p.raw = logits_.as<float>();
   p.prepared = prepared_.as<float>();
@@ -849,10 +859,16 @@ absl::Status CudaBackend::SummarizeLogits(const float* hidden, absl::Span<const 
   p.top = reinterpret_cast<SelectedEntry*>(dev + top_at);
   p.best_capacity = best_cap;
   p.top_capacity = top_cap;
-  LP_CUDA_RETURN_IF_ERROR(LaunchSummarize(p, stream_));
-  LP_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(host + stats_at, dev + stats_at, total - stats_at, cudaMemcpyDeviceToHost, stream_));
-  LP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  absl::Status run = CudaStatus(cudaMemcpyAsync(dev, host, stats_at, cudaMemcpyHostToDevice, stream_), "upload");
+  if (run.ok()) run = CudaStatus(LaunchSummarize(p, stream_), "summary kernels");
+  if (run.ok()) {
+    run = CudaStatus(cudaMemcpyAsync(host + stats_at, dev + stats_at, total - stats_at, cudaMemcpyDeviceToHost, stream_),
+                     "download");
+  }
+  // Drained on every path: the next call rewrites the pinned buffer an upload may still be reading.
+  const absl::Status synced = CudaStatus(cudaStreamSynchronize(stream_), "summary");
+  LP_RETURN_IF_ERROR(run);
+  LP_RETURN_IF_ERROR(synced);
 
   // The kernels leave each selection unordered; the order is the summary's "better" order.
   auto entries = [](const SelectedEntry* e, int32_t n) {

@@ -175,9 +175,11 @@ __device__ void SelectLargest(const float* values, const float* raw, int64_t n, 
       // count reaches `need` walks its bins downwards.
       if (threadIdx.x < 32) {
         constexpr int kPerLane = kRadixBins / 32;
-        // Read before the shuffles below, which every lane passes together, and so before the one
-        // lane that finds the digit overwrites it.
+        // Every lane reads `need` before the one lane that finds the digit overwrites it: the shuffles
+        // below order execution but not memory (the compiler may move a shared load across them), so
+        // a warp barrier, which does order memory, separates the reads from that write.
         const unsigned need = need_share;
+        __syncwarp();
         unsigned chunk = 0;
         for (int b = 0; b < kPerLane; ++b) chunk += hist[lane * kPerLane + b];
         unsigned inclusive = chunk;

@@ -44,11 +44,24 @@ int ChooseSplits(int64_t blocks, int64_t max_keys, int sm_count) {
 std::vector<GemmQueryBlock> PlanGemmQueryBlocks(const SliceMeta& s, int64_t window, int heads,
                                                 int64_t budget_bytes) {
   auto round_up = [](int64_t x, int64_t a) { return (x + a - 1) / a * a; };
-  // The widest key range is the last row's; every block's is at most that long.
-  const int64_t last = s.pos0 + s.n - 1;
-  const int64_t max_keys = round_up(last - FirstVisibleKey(s.pos0, window) + 1, kGemmAttentionKeyAlign);
-  int64_t rows = budget_bytes / (8 * int64_t{heads} * max_keys);
-  rows = std::max(kGemmAttentionRowAlign, rows / kGemmAttentionRowAlign * kGemmAttentionRowAlign);
+  // The widest key range a block of `r` rows can have: the whole slice's keys with full attention, at
+  // most r + window - 1 with a window.
+  const int64_t span = s.pos0 + s.n - FirstVisibleKey(s.pos0, window);
+  auto keys_for = [&](int64_t r) {
+    return round_up(window > 0 ? std::min(span, r + window - 1) : span, kGemmAttentionKeyAlign);
+  };
+  auto fits = [&](int64_t r) { return 8 * int64_t{heads} * r * keys_for(r) <= budget_bytes; };
+  // The most rows (a multiple of the alignment) that fit, by bisection: the cost grows with the rows.
+  int64_t lo = 1, hi = round_up(s.n, kGemmAttentionRowAlign) / kGemmAttentionRowAlign;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (fits(mid * kGemmAttentionRowAlign)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int64_t rows = lo * kGemmAttentionRowAlign;
   std::vector<GemmQueryBlock> blocks;
   for (int64_t r0 = 0; r0 < s.n; r0 += rows) {
     GemmQueryBlock b;

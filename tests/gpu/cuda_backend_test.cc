@@ -48,6 +48,11 @@ class CudaBackendTest : public ::testing::TestWithParam<Precision> {
   }
 
   Runner Cpu() { return {cpu_.get(), config_.hidden_size, config_.vocab_size}; }
+  // Stages `first` (layers [0, k)) and `second` (the rest) joined by out_link / in_link give, step by
+  // step, the rows the whole range gives on gpu_, bit for bit.
+  void LinkedStagesEqualTheWholeRange(LayerBackend& first, LayerBackend& second, PeerLink& out_link,
+                                      PeerLink& in_link);
+
   Runner Gpu() { return {gpu_.get(), config_.hidden_size, config_.vocab_size}; }
 
   static std::string* dir_;
@@ -488,78 +493,47 @@ TEST_P(CudaBackendTest, EmptyStepToDeviceGivesEmptyRows) {
 }
 
 TEST_P(CudaBackendTest, PeerLinkIdsAndBadJoins) {
-#ifdef LAYERPIPE_HAVE_NCCL
   auto id = gpu_->NewPeerLinkId();
   ASSERT_TRUE(id.ok()) << id.status();
   EXPECT_FALSE(id->empty());
   auto other = gpu_->NewPeerLinkId();
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_NE(*id, *other);
-  EXPECT_EQ(gpu_->JoinPeerLink(id->substr(1), 0, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(gpu_->JoinPeerLink(*id, 2, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(gpu_->JoinPeerLink(*id, -1, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
-  // A join whose peer never comes gives up when asked (the worker's stage was replaced), not never.
-  std::atomic<bool> give_up{false};
-  std::thread replace([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    give_up = true;
-  });
-  const auto start = std::chrono::steady_clock::now();
-  const absl::Status lonely = gpu_->JoinPeerLink(*other, 1, &give_up).status();
-  replace.join();
-  EXPECT_EQ(lonely.code(), absl::StatusCode::kCancelled) << lonely;
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  for (PeerLinkKind kind : {PeerLinkKind::kAcrossDevices, PeerLinkKind::kSameDevice}) {
+    EXPECT_EQ(gpu_->JoinPeerLink(id->substr(1), 0, kind, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(gpu_->JoinPeerLink(*id, 2, kind, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(gpu_->JoinPeerLink(*id, -1, kind, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  // A join whose peer never comes gives up when asked (the worker's stage was replaced), not never:
+  // as either end of a same-device link, and as the receiver of one across devices.
+  std::vector<std::pair<PeerLinkKind, int>> lonely_joins = {{PeerLinkKind::kSameDevice, 0},
+                                                            {PeerLinkKind::kSameDevice, 1}};
+#ifdef LAYERPIPE_HAVE_NCCL
+  lonely_joins.push_back({PeerLinkKind::kAcrossDevices, 1});
 #else
-  const absl::Status st = gpu_->NewPeerLinkId().status();
+  const absl::Status st = gpu_->JoinPeerLink(*id, 0, PeerLinkKind::kAcrossDevices, nullptr).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(std::string(st.message()).find("without NCCL"), std::string::npos) << st;
 #endif
+  for (auto [kind, rank] : lonely_joins) {
+    auto fresh = gpu_->NewPeerLinkId();
+    ASSERT_TRUE(fresh.ok()) << fresh.status();
+    std::atomic<bool> give_up{false};
+    std::thread replace([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      give_up = true;
+    });
+    const auto start = std::chrono::steady_clock::now();
+    const absl::Status lonely = gpu_->JoinPeerLink(*fresh, rank, kind, &give_up).status();
+    replace.join();
+    EXPECT_EQ(lonely.code(), absl::StatusCode::kCancelled) << lonely << " rank " << rank;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  }
 }
 
-TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
-#ifndef LAYERPIPE_HAVE_NCCL
-  GTEST_SKIP() << "the CUDA plugin was built without NCCL";
-#else
-  if (CudaDeviceCount() < 2) {
-    GTEST_SKIP() << "needs two CUDA devices (NCCL will not put both ends of a link on one GPU); "
-                 << CudaDeviceCount() << " visible";
-  }
-  int sm0 = 0, sm1 = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&sm0, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&sm1, cudaDevAttrMultiProcessorCount, 1), cudaSuccess);
-  if (sm0 != sm1) {
-    GTEST_SKIP() << "devices 0 and 1 differ (" << sm0 << " and " << sm1
-                 << " SMs), so their attention splits and bits may differ";
-  }
-  const int k = 2, L = config_.num_layers;
+void CudaBackendTest::LinkedStagesEqualTheWholeRange(LayerBackend& first, LayerBackend& second,
+                                                   PeerLink& out_link, PeerLink& in_link) {
   const int64_t H = config_.hidden_size;
-  auto w0 = ModelWeights::Load(*dir_, config_, {0, k, true, false});
-  auto w1 = ModelWeights::Load(*dir_, config_, {k, L, false, true});
-  ASSERT_TRUE(w0.ok() && w1.ok());
-  auto s0 = MakeCudaBackend(**w0, GetParam(), 0);
-  auto s1 = MakeCudaBackend(**w1, GetParam(), 1);
-  ASSERT_TRUE(s0.ok()) << s0.status();
-  ASSERT_TRUE(s1.ok()) << s1.status();
-  LayerBackend& first = **s0;
-  LayerBackend& second = **s1;
-  EXPECT_NE(first.device_uid(), second.device_uid());
-
-  auto id = first.NewPeerLinkId();
-  ASSERT_TRUE(id.ok()) << id.status();
-  absl::StatusOr<std::unique_ptr<PeerLink>> out_link = absl::UnknownError("not joined");
-  absl::StatusOr<std::unique_ptr<PeerLink>> in_link = absl::UnknownError("not joined");
-  {
-    std::thread a([&] { out_link = first.JoinPeerLink(*id, 0, nullptr); });
-    std::thread b([&] { in_link = second.JoinPeerLink(*id, 1, nullptr); });
-    a.join();
-    b.join();
-  }
-  ASSERT_TRUE(out_link.ok()) << out_link.status();
-  ASSERT_TRUE(in_link.ok()) << in_link.status();
-  EXPECT_EQ((*out_link)->transport(), "nccl");
-  EXPECT_EQ((*out_link)->Receive(1, H).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ((*in_link)->Send(nullptr).code(), absl::StatusCode::kFailedPrecondition);
-
   // The whole range on device 0, through host memory: the expected rows of every step.
   const std::vector<std::vector<int64_t>> steps = HandoffSteps();
   std::vector<std::vector<float>> embedded, want;
@@ -596,7 +570,7 @@ TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
     for (size_t i = 0; i < steps.size() && sent_ok.ok(); ++i) {
       auto rows = first.ForwardToDevice(Slices(kv, steps[i]), embedded[i].data(), nullptr);
       sent_ok = rows.status();
-      if (sent_ok.ok()) sent_ok = (*out_link)->Send(std::shared_ptr<const DeviceRows>(*std::move(rows)));
+      if (sent_ok.ok()) sent_ok = out_link.Send(std::shared_ptr<const DeviceRows>(*std::move(rows)));
       std::lock_guard<std::mutex> lock(order_mu);
       sends_returned = sent_ok.ok() ? i + 1 : steps.size();
       order_cv.notify_all();
@@ -613,7 +587,7 @@ TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
       }
       if (!sent_ok.ok()) break;
       const int64_t rows = static_cast<int64_t>(embedded[i].size()) / H;
-      auto in = (*in_link)->Receive(rows, H);
+      auto in = in_link.Receive(rows, H);
       received_ok = in.status();
       if (!received_ok.ok()) break;
       auto out = second.ForwardToDevice(Slices(kv, steps[i]), nullptr, *std::move(in));
@@ -626,6 +600,53 @@ TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
   ASSERT_TRUE(sent_ok.ok()) << sent_ok;
   ASSERT_TRUE(received_ok.ok()) << received_ok;
   for (size_t i = 0; i < steps.size(); ++i) EXPECT_TRUE(SameBits(got[i], want[i])) << "step " << i;
+}
+
+TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
+#ifndef LAYERPIPE_HAVE_NCCL
+  GTEST_SKIP() << "the CUDA plugin was built without NCCL";
+#else
+  if (CudaDeviceCount() < 2) {
+    GTEST_SKIP() << "needs two CUDA devices (NCCL will not put both ends of a link on one GPU); "
+                 << CudaDeviceCount() << " visible";
+  }
+  int sm0 = 0, sm1 = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sm0, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sm1, cudaDevAttrMultiProcessorCount, 1), cudaSuccess);
+  if (sm0 != sm1) {
+    GTEST_SKIP() << "devices 0 and 1 differ (" << sm0 << " and " << sm1
+                 << " SMs), so their attention splits and bits may differ";
+  }
+  const int k = 2, L = config_.num_layers;
+  const int64_t H = config_.hidden_size;
+  auto w0 = ModelWeights::Load(*dir_, config_, {0, k, true, false});
+  auto w1 = ModelWeights::Load(*dir_, config_, {k, L, false, true});
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  auto s0 = MakeCudaBackend(**w0, GetParam(), 0);
+  auto s1 = MakeCudaBackend(**w1, GetParam(), 1);
+  ASSERT_TRUE(s0.ok()) << s0.status();
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  LayerBackend& first = **s0;
+  LayerBackend& second = **s1;
+  EXPECT_NE(first.device_uid(), second.device_uid());
+
+  auto id = first.NewPeerLinkId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::StatusOr<std::unique_ptr<PeerLink>> out_link = absl::UnknownError("not joined");
+  absl::StatusOr<std::unique_ptr<PeerLink>> in_link = absl::UnknownError("not joined");
+  {
+    std::thread a([&] { out_link = first.JoinPeerLink(*id, 0, PeerLinkKind::kAcrossDevices, nullptr); });
+    std::thread b([&] { in_link = second.JoinPeerLink(*id, 1, PeerLinkKind::kAcrossDevices, nullptr); });
+    a.join();
+    b.join();
+  }
+  ASSERT_TRUE(out_link.ok()) << out_link.status();
+  ASSERT_TRUE(in_link.ok()) << in_link.status();
+  EXPECT_EQ((*out_link)->transport(), "nccl");
+  EXPECT_EQ((*out_link)->Receive(1, H).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*in_link)->Send(nullptr).code(), absl::StatusCode::kFailedPrecondition);
+
+  LinkedStagesEqualTheWholeRange(first, second, **out_link, **in_link);
 
   // A receive still pending when its link goes: the rows say they never arrived, and a step fed with
   // them fails without advancing its sequence.
@@ -640,6 +661,50 @@ TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
             absl::StatusCode::kUnavailable);
   EXPECT_EQ(kv->length(), 0);
 #endif
+}
+
+TEST_P(CudaBackendTest, SameDeviceLinkEqualsTheWholeRange) {
+  // Two stages on one GPU in one process: the CUDA IPC link's own-process path (a link across
+  // processes opens the same slots and events through IPC handles: tests/gpu/run.sh's two workers).
+  const int k = 2, L = config_.num_layers;
+  const int64_t H = config_.hidden_size;
+  auto w0 = ModelWeights::Load(*dir_, config_, {0, k, true, false});
+  auto w1 = ModelWeights::Load(*dir_, config_, {k, L, false, true});
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  auto s0 = MakeCudaBackend(**w0, GetParam(), 0);
+  auto s1 = MakeCudaBackend(**w1, GetParam(), 0);
+  ASSERT_TRUE(s0.ok()) << s0.status();
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  LayerBackend& first = **s0;
+  LayerBackend& second = **s1;
+  EXPECT_EQ(first.device_uid(), second.device_uid());
+  auto id = first.NewPeerLinkId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::StatusOr<std::unique_ptr<PeerLink>> out_link = absl::UnknownError("not joined");
+  absl::StatusOr<std::unique_ptr<PeerLink>> in_link = absl::UnknownError("not joined");
+  {
+    std::thread a([&] { out_link = first.JoinPeerLink(*id, 0, PeerLinkKind::kSameDevice, nullptr); });
+    std::thread b([&] { in_link = second.JoinPeerLink(*id, 1, PeerLinkKind::kSameDevice, nullptr); });
+    a.join();
+    b.join();
+  }
+  ASSERT_TRUE(out_link.ok()) << out_link.status();
+  ASSERT_TRUE(in_link.ok()) << in_link.status();
+  EXPECT_EQ((*out_link)->transport(), "cuda-ipc");
+  EXPECT_EQ((*out_link)->Receive(1, H).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*in_link)->Send(nullptr).code(), absl::StatusCode::kFailedPrecondition);
+  LinkedStagesEqualTheWholeRange(first, second, **out_link, **in_link);
+
+  // A receive waiting for rows that never come lets go when the link is aborted (a new assignment).
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    (*in_link)->Abort();
+  });
+  const absl::Status waited = (*in_link)->Receive(1, H).status();
+  aborter.join();
+  EXPECT_FALSE(waited.ok());
+  EXPECT_EQ((*in_link)->Receive(1, H).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*out_link)->Send(nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, CudaBackendTest, ::testing::Values(Precision::kFp32, Precision::kBf16),

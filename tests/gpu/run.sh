@@ -6,8 +6,9 @@
 #      host sampler;
 #   2. the CUDA backend against the float64 oracle (tests/oracle/check_engine.py --device cuda);
 #   3. a two-worker pipeline with both stages on the GPU, its greedy ids against the single-process engine
-#      (one GPU: the stages share it, so activations go over gRPC; with two GPUs a second run on cuda:0 and
-#      cuda:1 must link them over NCCL);
+#      (one GPU: the stages share it and activations go device to device over a CUDA IPC link, since
+#      NCCL refuses two ranks on one GPU; with two GPUs a second run on cuda:0 and cuda:1 must link them
+#      over NCCL);
 #   4. bench_cuda on a generated checkpoint of the full 12B shape (48 layers, bf16, 262,144 vocab), then its
 #      4k prefill again with the attention kernel instead of GEMMs (LAYERPIPE_CUDA_GEMM_ATTENTION=0).
 # Prints a summary line per part and exits non-zero if any check failed (benchmarks report figures only).
@@ -117,6 +118,8 @@ echo "cuda pipeline:  $pipe_ids"
 grep -E "sends activations" "$work/cluster.log" | head -5
 [ -n "$pipe_ids" ] && [ "$pipe_ids" = "$local_ids" ] && [ "$local_ids" = "$cpu_ids" ]
 record "2-worker GPU pipeline == engine" $?
+grep -q "over cuda-ipc" "$work/cluster.log"
+record "2 workers on one GPU linked by CUDA IPC" $?
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "${gpus:-0}" -ge 2 ]; then
   nccl_ids=$(timeout 300 "$bin/layerpipe" cluster --model "$model" --workers 2 --device cuda:0,cuda:1 --precision fp32 \

@@ -144,6 +144,18 @@ TEST(StepPlanTest, GemmQueryBlocksCoverEveryRowAndEveryKeyItSees) {
   }
 }
 
+TEST(StepPlanTest, GemmQueryBlocksOfAWindowedSliceAreSizedByTheWindowNotTheSlice) {
+  // 32k rows, window 1024, 16 heads, 256 MiB: a block of r rows sees r + 1023 keys, so r = 1024 fits
+  // (8 · 16 · 1024 · 2048 bytes) where sizing by the slice's whole span would allow 64.
+  const auto blocks = PlanGemmQueryBlocks({0, 32768, 0}, 1024, 16, int64_t{256} << 20);
+  ASSERT_FALSE(blocks.empty());
+  EXPECT_EQ(blocks.front().rows, 1024);
+  EXPECT_EQ(blocks.size(), 32u);
+  // Full attention over the same slice is sized by its last row's keys.
+  const auto full = PlanGemmQueryBlocks({0, 32768, 0}, 0, 16, int64_t{256} << 20);
+  EXPECT_EQ(full.front().rows, 64);
+}
+
 TEST(StepPlanTest, SplitsDependOnTheLaunchNotTheContext) {
   EXPECT_EQ(ChooseSplits(10000, 1 << 20, 132), 1);               // prefill: enough blocks
   EXPECT_EQ(ChooseSplits(1, 1 << 20, 132), kMaxSplits);          // one long decode

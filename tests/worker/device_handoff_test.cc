@@ -84,7 +84,9 @@ class Channels {
 
 class FakeLink final : public PeerLink {
  public:
-  FakeLink(std::shared_ptr<Channel> channel, int rank) : c_(std::move(channel)), rank_(rank) {}
+  // kind shows in transport(), so tests see which kind of link the stages agreed on.
+  FakeLink(std::shared_ptr<Channel> channel, int rank, PeerLinkKind kind)
+      : c_(std::move(channel)), rank_(rank), kind_(kind) {}
   absl::Status Send(std::shared_ptr<const DeviceRows> rows) override {
     if (rank_ != 0) return absl::FailedPreconditionError("only rank 0 sends");
     std::lock_guard<std::mutex> lock(c_->mu);
@@ -119,11 +121,14 @@ class FakeLink final : public PeerLink {
     c_->aborted = true;
     c_->cv.notify_all();
   }
-  std::string transport() const override { return "fake-link"; }
+  std::string transport() const override {
+    return kind_ == PeerLinkKind::kSameDevice ? "fake-same-device-link" : "fake-link";
+  }
 
  private:
   std::shared_ptr<Channel> c_;
   int rank_;
+  PeerLinkKind kind_;
 };
 
 // The CPU executor dressed as a GPU backend: device rows in host memory, links through Channels.
@@ -170,7 +175,7 @@ class FakeGpuBackend final : public LayerBackend {
     static std::atomic<int> next{0};
     return absl::StrCat("link-", uid_, "-", next++);
   }
-  absl::StatusOr<std::unique_ptr<PeerLink>> JoinPeerLink(const std::string& id, int rank,
+  absl::StatusOr<std::unique_ptr<PeerLink>> JoinPeerLink(const std::string& id, int rank, PeerLinkKind kind,
                                                          const std::atomic<bool>* give_up) override {
     std::shared_ptr<Channel> c = Channels::Get().Of(id);
     std::unique_lock<std::mutex> lock(c->mu);
@@ -184,7 +189,7 @@ class FakeGpuBackend final : public LayerBackend {
       if (waited_ms > 10000) return absl::DeadlineExceededError("the peer never joined");
       c->cv.wait_for(lock, std::chrono::milliseconds(10));
     }
-    return std::make_unique<FakeLink>(c, rank);
+    return std::make_unique<FakeLink>(c, rank, kind);
   }
 
   static std::atomic<int64_t> device_inputs_;  // ForwardToDevice calls fed by device rows
@@ -237,15 +242,15 @@ TEST_F(DeviceHandoffTest, ActivationsTakeTheLinkBetweenGpuStagesAndTokensEqualTh
   EXPECT_EQ(pipe.Status(2).next_hop_transport(), "");
 }
 
-TEST_F(DeviceHandoffTest, StagesOnOneGpuOrACpuNextStageKeepActivationsInTheFrame) {
+TEST_F(DeviceHandoffTest, StagesOnOneGpuLinkAsSameDeviceAndACpuNextStageKeepsActivationsInTheFrame) {
   const auto [sent0, received0] = Channels::Get().Totals();
   {
-    // Stages 0 and 1 share a GPU on one host; stage 2 is a CPU worker.
+    // Stages 0 and 1 share a GPU on one host (a same-device link); stage 2 is a CPU worker.
     Pipeline pipe(3, absl::Seconds(2), Devices({"gpu0", "gpu0", ""}));
     pipe.Assign(dir(), kThreeStages, "bf16");
     auto engine = LoadEngine(dir(), Precision::kBf16);
     CheckGreedyAgainstEngine(pipe, *engine, 1e-5);
-    EXPECT_EQ(pipe.Status(0).next_hop_transport(), "grpc");
+    EXPECT_EQ(pipe.Status(0).next_hop_transport(), "fake-same-device-link");
     EXPECT_EQ(pipe.Status(1).next_hop_transport(), "grpc");
   }
   {
@@ -259,8 +264,8 @@ TEST_F(DeviceHandoffTest, StagesOnOneGpuOrACpuNextStageKeepActivationsInTheFrame
     EXPECT_EQ(pipe.Status(0).next_hop_transport(), "fake-link");
   }
   const auto [sent, received] = Channels::Get().Totals();
-  EXPECT_EQ(sent - sent0, 9) << "only the two-host pipeline linked";
-  EXPECT_EQ(received - received0, 9);
+  EXPECT_EQ(sent - sent0, 2 * 9) << "one link in each pipeline";
+  EXPECT_EQ(received - received0, 2 * 9);
 }
 
 // The test plays stage 0 (layers [0,2) on a fake GPU "gpu0") for the single worker of `pipe`, assigned as
@@ -323,7 +328,7 @@ TEST_F(DeviceHandoffTest, AReceiverTakesRowsOncePerStepEvenForRefusedAndResentFr
   ASSERT_TRUE(zero.Offer(&reply).ok());
   EXPECT_TRUE(reply.accepted()) << reply.reason();
   EXPECT_EQ(zero.Offer(&reply).error_code(), grpc::StatusCode::ALREADY_EXISTS);
-  auto link = stage0.JoinPeerLink(zero.link_id, 0, nullptr);
+  auto link = stage0.JoinPeerLink(zero.link_id, 0, PeerLinkKind::kAcrossDevices, nullptr);
   ASSERT_TRUE(link.ok()) << link.status();
   std::shared_ptr<Channel> channel = Channels::Get().Of(zero.link_id);
 
@@ -394,7 +399,7 @@ TEST_F(DeviceHandoffTest, ANewAssignmentAbortsALinkWaitingForRowsThatNeverCome) 
   v1::PeerLinkReply reply;
   ASSERT_TRUE(zero.Offer(&reply).ok());
   ASSERT_TRUE(reply.accepted()) << reply.reason();
-  auto link = zero.backend.JoinPeerLink(zero.link_id, 0, nullptr);
+  auto link = zero.backend.JoinPeerLink(zero.link_id, 0, PeerLinkKind::kAcrossDevices, nullptr);
   ASSERT_TRUE(link.ok());
   v1::StepFrame f;
   f.set_epoch(1);
@@ -437,7 +442,7 @@ TEST_F(DeviceHandoffTest, ANewAssignmentEndsAJoinWhoseSenderNeverCame) {
   EXPECT_EQ(FakeGpuBackend::gave_up_, gave_up + 1);
 }
 
-TEST_F(DeviceHandoffTest, OffersForAnotherEpochOrStageOrFromTheSameGpuAreRefused) {
+TEST_F(DeviceHandoffTest, OffersForAnotherEpochOrStageAreRefusedAndTheSameGpuIsASameDeviceLink) {
   Pipeline pipe(2, absl::Seconds(2), Devices({"gpu0", "gpu1"}));
   pipe.Assign(dir(), {{0, 4}, {4, 5}}, "fp32");
   auto stub = v1::Worker::NewStub(grpc::CreateChannel(pipe.worker(1).address(), grpc::InsecureChannelCredentials()));
@@ -455,8 +460,8 @@ TEST_F(DeviceHandoffTest, OffersForAnotherEpochOrStageOrFromTheSameGpuAreRefused
   EXPECT_EQ(offer(pipe.epoch + 1, 0, "elsewhere", "gpu9", &reply).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(offer(pipe.epoch, 1, "elsewhere", "gpu9", &reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   ASSERT_TRUE(offer(pipe.epoch, 0, "test-host", "gpu1", &reply).ok());
-  EXPECT_FALSE(reply.accepted());
-  EXPECT_NE(reply.reason().find("share GPU gpu1"), std::string::npos) << reply.reason();
+  EXPECT_TRUE(reply.accepted());
+  EXPECT_TRUE(reply.same_device());
 }
 
 }  // namespace
