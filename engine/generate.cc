@@ -19,6 +19,7 @@ absl::StatusOr<int32_t> NextToken(Engine& engine, const StepInput& in, Sampler& 
     request.best = best;
     request.repetition_penalty = sampler.params().repetition_penalty;
     request.penalized_ids = penalized;
+    request.log_sum_exp = false;  // nothing here reports log-probabilities
     auto summaries = engine.StepSummaries({&in, 1}, {&request, 1});
     if (!summaries.ok()) return summaries.status();
     return sampler.SampleFromSummary((*summaries)[0]);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 #include "engine/logprobs.h"
@@ -29,7 +30,18 @@ std::vector<ScoredId> BestEntries(const float* values, const float* raw, int64_t
   buffer.reserve(capacity);
   bool cut = false;
   float threshold = kNegInf;
+  constexpr int64_t kBlock = 16;
   for (int64_t i = 0; i < n; ++i) {
+    // Once cut, most blocks hold nothing above the threshold: one vectorisable test skips them (NaN
+    // and -inf never pass it, as they never pass the per-entry test below).
+    if (cut && i % kBlock == 0 && i + kBlock <= n) {
+      int above = 0;
+      for (int64_t j = 0; j < kBlock; ++j) above |= values[i + j] > threshold ? 1 : 0;
+      if (!above) {
+        i += kBlock - 1;
+        continue;
+      }
+    }
     const float v = std::isnan(values[i]) ? kNegInf : values[i];
     if (skip_neg_inf && v == kNegInf) continue;
     if (cut && !(v > threshold)) continue;
@@ -74,27 +86,35 @@ float SummaryRawValue(const LogitRowSummary& summary, int32_t id) {
 LogitRowSummary SummarizeLogitRow(absl::Span<const float> row, const LogitRowRequest& request) {
   LogitRowSummary s;
   const int64_t n = static_cast<int64_t>(row.size());
-  s.log_sum_exp = LogSumExp(row);
-  s.fallback_id = RawFallbackId(row);
-  s.fallback_raw = n > 0 ? row[s.fallback_id] : 0.0f;
+  // A full pass of double exponentials: the costliest part of a host summary, so only when asked.
+  if (request.log_sum_exp) s.log_sum_exp = LogSumExp(row);
   s.top_raw = BestEntries(row.data(), nullptr, n, static_cast<size_t>(std::max(request.top_raw, 0)), false);
   if (request.best > 0) {
-    std::vector<float> prepared(row.begin(), row.end());
-    for (float& v : prepared) {
-      if (std::isnan(v)) v = kNegInf;
-    }
-    for (int32_t banned : kBannedTokenIds) {
-      if (banned < n) prepared[banned] = kNegInf;
-    }
-    const float penalty = request.repetition_penalty;
-    if (penalty != 1.0f) {
+    const size_t k = static_cast<size_t>(request.best);
+    if (request.repetition_penalty == 1.0f) {
+      // The prepared row is the raw one with NaN (which BestEntries skips with -inf) and the banned ids
+      // out: the best of the raw row with room for the banned ids, then without them.
+      s.best = BestEntries(row.data(), row.data(), n, k + std::size(kBannedTokenIds), true);
+      std::erase_if(s.best, [](const ScoredId& e) { return IsBannedTokenId(e.id); });
+      if (s.best.size() > k) s.best.resize(k);
+    } else {
+      std::vector<float> prepared(row.begin(), row.end());
+      for (int32_t banned : kBannedTokenIds) {
+        if (banned < n) prepared[banned] = kNegInf;
+      }
       for (int32_t id : request.penalized_ids) {
         if (id < 0 || id >= n) continue;
         float& v = prepared[id];
-        v = v > 0 ? v / penalty : v * penalty;
+        v = v > 0 ? v / request.repetition_penalty : v * request.repetition_penalty;
       }
+      s.best = BestEntries(prepared.data(), row.data(), n, k, true);
     }
-    s.best = BestEntries(prepared.data(), row.data(), n, static_cast<size_t>(request.best), true);
+  }
+  // Only a row without any best entry falls back (Sampler::SampleFromSummary), so only then is the
+  // fallback's pass over the row worth making.
+  if (s.best.empty()) {
+    s.fallback_id = RawFallbackId(row);
+    s.fallback_raw = n > 0 ? row[s.fallback_id] : 0.0f;
   }
   return s;
 }

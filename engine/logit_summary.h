@@ -26,6 +26,7 @@ struct LogitRowRequest {
   int top_raw = 0;  // how many best entries of the raw row (for top log-probabilities)
   float repetition_penalty = 1;
   absl::Span<const int32_t> penalized_ids;  // distinct ids in [0, vocab); ignored when the penalty is 1
+  bool log_sum_exp = true;  // false: the caller reports no log-probabilities (the summary's field is 0)
 };
 
 struct ScoredId {
@@ -35,15 +36,16 @@ struct ScoredId {
 };
 
 struct LogitRowSummary {
-  // log Σ exp(raw), as LogSumExp (engine/logprobs.h) defines it.
+  // log Σ exp(raw), as LogSumExp (engine/logprobs.h) defines it; 0 when not requested.
   double log_sum_exp = 0;
   // The min(best, #entries > -inf) better-most entries of the prepared row, in better order.
   std::vector<ScoredId> best;
   // The min(top_raw, vocab) better-most entries of the raw row with NaN read as -inf (so -inf entries
   // may appear), in better order; value is that reading.
   std::vector<ScoredId> top_raw;
-  // The raw row's argmax ignoring NaN and banned ids, ties to the lower id; 0 when there is none. What
-  // Sampler falls back to when nothing in the prepared row is above -inf.
+  // When `best` is empty (none asked for, or nothing in the prepared row above -inf), the raw row's
+  // argmax ignoring NaN and banned ids, ties to the lower id (0 when there is none): what Sampler falls
+  // back to. Otherwise 0 and 0.
   int32_t fallback_id = 0;
   float fallback_raw = 0;
 };

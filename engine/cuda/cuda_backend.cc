@@ -837,6 +837,7 @@ absl::Status CudaBackend::SummarizeLogits(const float* hidden, absl::Span<const 
     rp.best = q.best;
     rp.top_raw = static_cast<int32_t>(std::min<int64_t>(q.top_raw, V));
     rp.penalty = q.repetition_penalty;
+    rp.log_sum_exp = q.log_sum_exp ? 1 : 0;
     rp.penalized_begin = next;
     if (q.repetition_penalty != 1.0f) {
       std::memcpy(ids + next, q.penalized_ids.data(), q.penalized_ids.size() * sizeof(int32_t));
@@ -891,6 +892,10 @@ absl::Status CudaBackend::SummarizeLogits(const float* hidden, absl::Span<const 
     s.fallback_raw = stats[r].fallback_raw;
     s.best = entries(best + r * best_cap, stats[r].best_count);
     s.top_raw = entries(top + r * top_cap, stats[r].top_count);
+    if (!s.best.empty()) {  // the fallback is only part of a summary without best entries
+      s.fallback_id = 0;
+      s.fallback_raw = 0;
+    }
   }
   return absl::OkStatus();
 }

@@ -32,6 +32,12 @@ __device__ __forceinline__ void StoreAct(void* out, int64_t i, float v, bool bf1
   }
 }
 
+// Blocks of `threads` for a grid-stride loop over n elements, capped so huge n still launches.
+inline unsigned GridFor(int64_t n, int threads) {
+  const int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b < 65535 * 16 ? b : 65535 * 16);
+}
+
 template <typename T>
 __device__ __forceinline__ T WarpSum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -79,6 +79,16 @@ absl::Status CudaDeviceRows::Filled() const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<const CudaDeviceRows*> RowsToSend(const DeviceRows* rows, int device) {
+  const auto* r = dynamic_cast<const CudaDeviceRows*>(rows);
+  if (r == nullptr) return absl::InvalidArgumentError("a peer link sends only device rows made by the CUDA plugin");
+  if (r->device() != device) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows on cuda:", r->device(), " cannot be sent by a peer link on cuda:", device));
+  }
+  return r;
+}
+
 absl::Status CudaDeviceRows::CopyToHost(float* out) const {
   if (bytes() == 0) return Filled();
   ScopedDevice on(device());

@@ -63,6 +63,10 @@ class CudaDeviceRows final : public DeviceRows {
   cudaEvent_t ready_ = nullptr;
 };
 
+// The CUDA rows behind `rows`, for a peer link on `device` to send: InvalidArgument when they are not
+// the plugin's or live on another device.
+absl::StatusOr<const CudaDeviceRows*> RowsToSend(const DeviceRows* rows, int device);
+
 }  // namespace layerpipe::cuda
 
 #endif  // LAYERPIPE_ENGINE_CUDA_DEVICE_ROWS_H_

@@ -48,6 +48,12 @@ struct SlotControl {
 
 // The shared-memory control block. "sent" and "consumed" only grow; a slot is reused by transfer k
 // once consumed > k - kSlots, i.e. the receiver has queued the copy-out of transfer k - kSlots.
+// receiver_joined: the receiver claims the link (0 -> kJoined) before it opens the sender's events; a
+// sender giving up closes it (0 -> kJoinClosed) before it destroys them. One CAS each, so exactly one
+// of the two happens and the sender never frees what a receiver is opening.
+constexpr uint32_t kJoined = 1;
+constexpr uint32_t kJoinClosed = 2;
+
 struct Control {
   std::atomic<uint32_t> magic;
   std::atomic<uint32_t> receiver_joined;
@@ -55,7 +61,10 @@ struct Control {
   std::atomic<uint32_t> aborted;
   std::atomic<uint64_t> sent;      // transfers the sender has queued (release after the slot is set)
   std::atomic<uint64_t> consumed;  // transfers whose copy-out the receiver has queued
+  // Who made the block: a pid alone is not enough, since two containers that share /dev/shm (one pod)
+  // but not a PID namespace can both be, say, pid 7.
   int64_t sender_pid;
+  uint64_t sender_token;
   cudaIpcEventHandle_t filled[kSlots];   // recorded by the sender after filling the slot
   cudaIpcEventHandle_t drained[kSlots];  // recorded by the receiver after copying it out
   uint64_t filled_local[kSlots], drained_local[kSlots];  // the same events in the sender's process
@@ -88,6 +97,15 @@ absl::Status Await(Done done, const Control* control, const std::atomic<bool>* g
 
 absl::Time JoinDeadline() { return absl::Now() + absl::Seconds(kPeerLinkJoinTimeoutSeconds); }
 
+// Random per process (with the pid: a forked child inherits the token but not the pid).
+uint64_t ProcessToken() {
+  static const uint64_t token = [] {
+    std::random_device entropy;
+    return (uint64_t{entropy()} << 32) ^ entropy();
+  }();
+  return token;
+}
+
 class IpcPeerLink final : public PeerLink {
  public:
   IpcPeerLink(int device, int rank, std::string name, Control* control, std::shared_ptr<Stream> stream)
@@ -106,7 +124,9 @@ class IpcPeerLink final : public PeerLink {
   std::string transport() const override { return "cuda-ipc"; }
 
  private:
-  bool same_process() const { return control_->sender_pid == static_cast<int64_t>(getpid()); }
+  bool same_process() const {
+    return control_->sender_pid == static_cast<int64_t>(getpid()) && control_->sender_token == ProcessToken();
+  }
   void AbortLocked();
   absl::Status Usable() const;
   // Sender: slot s can hold `bytes` (a new exported buffer when it cannot).
@@ -192,13 +212,20 @@ IpcPeerLink::~IpcPeerLink() {
                              absl::Now() + absl::Seconds(10), "draining the link")
                            .ok();
   if (rank_ == 0) {
-    // The receiver may still be copying out of the slots: its end goes first (or it never came).
+    // The receiver may still be copying out of the slots, or hold them and our events open (freeing
+    // an exported buffer or event before the importer closes it is undefined): its end goes first,
+    // or it never came (then it never will: the join is closed to it).
     const bool receiver_gone =
-        Await([&] { return control_->receiver_left.load(std::memory_order_acquire) != 0 ||
-                           control_->receiver_joined.load(std::memory_order_acquire) == 0; },
+        Await([&] {
+                uint32_t never = 0;
+                return control_->receiver_joined.compare_exchange_strong(never, kJoinClosed,
+                                                                         std::memory_order_acq_rel) ||
+                       control_->receiver_left.load(std::memory_order_acquire) != 0;
+              },
               nullptr, nullptr, absl::Now() + absl::Seconds(2), "the receiver leaving")
             .ok();
-    // Memory a copy may still read is leaked rather than freed under it.
+    // Memory a copy may still read, and events the receiver may still use, are leaked rather than
+    // freed under it.
     if (drained && receiver_gone) {
       for (void* b : buffer_) {
         if (b != nullptr) cudaFree(b);
@@ -206,8 +233,17 @@ IpcPeerLink::~IpcPeerLink() {
       for (void* b : retired_) cudaFree(b);
     }
     for (int s = 0; s < kSlots; ++s) {
-      for (cudaEvent_t e : {filled_[s], drained_[s], copied_[s]}) {
+      if (copied_[s] != nullptr) cudaEventDestroy(copied_[s]);
+      if (!receiver_gone) continue;
+      for (cudaEvent_t e : {filled_[s], drained_[s]}) {
         if (e != nullptr) cudaEventDestroy(e);
+      }
+    }
+    // Rows our own copies may still read go back to their pool in order on their producer's stream
+    // only, which does not wait for ours.
+    if (!drained) {
+      for (std::shared_ptr<const DeviceRows>& h : held_) {
+        if (h != nullptr) new std::shared_ptr<const DeviceRows>(std::move(h));  // leaked on purpose
       }
     }
     shm_unlink(name_.c_str());  // normally gone since the join; harmless if so
@@ -222,7 +258,9 @@ IpcPeerLink::~IpcPeerLink() {
         }
       }
     }
-    control_->receiver_left.store(1, std::memory_order_release);
+    // Only once our copies out of the slots are over and their mappings closed may the sender free
+    // them; otherwise it leaks them.
+    if (drained) control_->receiver_left.store(1, std::memory_order_release);
   }
   munmap(control_, sizeof(Control));
   cudaGetLastError();
@@ -266,12 +304,9 @@ absl::StatusOr<void*> IpcPeerLink::Mapped(int s) {
 
 absl::Status IpcPeerLink::Send(std::shared_ptr<const DeviceRows> rows) {
   if (rank_ != 0) return absl::FailedPreconditionError("this end of the peer link receives (rank 1); it cannot send");
-  const auto* r = dynamic_cast<const CudaDeviceRows*>(rows.get());
-  if (r == nullptr) return absl::InvalidArgumentError("a peer link sends only device rows made by the CUDA plugin");
-  if (r->device() != device_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rows on cuda:", r->device(), " cannot be sent by a peer link on cuda:", device_));
-  }
+  absl::StatusOr<const CudaDeviceRows*> sendable = RowsToSend(rows.get(), device_);
+  if (!sendable.ok()) return sendable.status();
+  const CudaDeviceRows* r = *sendable;
   std::lock_guard<std::mutex> lock(mu_);
   LP_RETURN_IF_ERROR(Usable());
   // Empty rows travel as nothing: the receiver, asked for the same empty shape, takes nothing either.
@@ -284,7 +319,15 @@ absl::Status IpcPeerLink::Send(std::shared_ptr<const DeviceRows> rows) {
   LP_RETURN_IF_ERROR(Await([&] { return control_->consumed.load(std::memory_order_acquire) + kSlots > k; }, control_,
                            &abort_requested_, JoinDeadline(), "waiting for a free slot"));
   if (held_[s] != nullptr) {  // our copy out of those rows must be over before they go
-    LP_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(copied_[s]));
+    // Polled, not cudaEventSynchronize: that copy waits for the receiver's copy-out, and a host
+    // blocked on a peer that died would hold mu_, so Abort (a stage being replaced) could never end.
+    cudaError_t copied = cudaSuccess;
+    const absl::Status waited = Await(
+        [&] { return (copied = cudaEventQuery(copied_[s])) != cudaErrorNotReady; }, control_, &abort_requested_,
+        JoinDeadline(), "waiting for the slot's previous copy");
+    cudaGetLastError();  // "not ready" is not the next call's error
+    LP_RETURN_IF_ERROR(waited);
+    LP_CUDA_RETURN_IF_ERROR(copied);
     held_[s].reset();
   }
   LP_RETURN_IF_ERROR(Fit(s, bytes));
@@ -329,10 +372,14 @@ absl::StatusOr<std::unique_ptr<DeviceRows>> IpcPeerLink::Receive(int64_t rows, i
     LP_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(st, filled_[s], 0));
     LP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync((*out)->data(), *from, bytes, cudaMemcpyDeviceToDevice, st));
     LP_CUDA_RETURN_IF_ERROR(cudaEventRecord(drained_[s], st));
+    // Before the transfer counts as taken: a failure after that would leave the worker (which then
+    // receives this step again) one transfer ahead of its frames.
+    LP_RETURN_IF_ERROR((*out)->MarkReady());
     control_->consumed.store(k + 1, std::memory_order_release);
     ++count_;
+  } else {
+    LP_RETURN_IF_ERROR((*out)->MarkReady());
   }
-  LP_RETURN_IF_ERROR((*out)->MarkReady());
   return std::unique_ptr<DeviceRows>(*std::move(out));
 }
 
@@ -364,6 +411,7 @@ absl::StatusOr<std::unique_ptr<PeerLink>> JoinAsSender(int device, const std::st
   }
   new (*control) Control();
   (*control)->sender_pid = getpid();
+  (*control)->sender_token = ProcessToken();
   // From here the link owns the block (and unlinks the name when it goes).
   auto link = std::make_unique<IpcPeerLink>(device, 0, name, *control, std::move(stream));
   LP_RETURN_IF_ERROR(link->CreateEvents());
@@ -399,9 +447,16 @@ absl::StatusOr<std::unique_ptr<PeerLink>> JoinAsReceiver(int device, const std::
     munmap(c, sizeof(Control));
     return st;
   }
+  // Claimed before the events are opened, so a sender that gives up meanwhile waits for us to leave
+  // instead of destroying them under us (see kJoinClosed).
+  uint32_t never = 0;
+  if (!c->receiver_joined.compare_exchange_strong(never, kJoined, std::memory_order_acq_rel)) {
+    munmap(c, sizeof(Control));
+    return absl::UnavailableError("joining the peer link: the sender gave up");
+  }
+  // From here the link owns the mapping; a failure below aborts the link, which the sender sees.
   auto link = std::make_unique<IpcPeerLink>(device, 1, name, c, std::move(stream));
   LP_RETURN_IF_ERROR(link->OpenEvents());
-  c->receiver_joined.store(1, std::memory_order_release);
   return std::unique_ptr<PeerLink>(std::move(link));
 }
 

@@ -149,6 +149,7 @@ struct SummaryRowParams {
   int32_t top_raw;  // how many best entries of the raw row
   float penalty;    // repetition penalty, 1 = none
   int32_t penalized_begin, penalized_end;  // this row's ids in SummarizeParams::penalized (distinct)
+  int32_t log_sum_exp;                     // 0: skip it (the stats say 0)
 };
 struct SummaryRowStats {
   double log_sum_exp;

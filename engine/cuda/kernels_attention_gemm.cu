@@ -18,10 +18,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned BlocksFor(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 65535 * 16 ? b : 65535 * 16);
-}
+unsigned BlocksFor(int64_t n) { return GridFor(n, kThreads); }
 
 __device__ __forceinline__ __nv_bfloat16* Bf16(uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
 

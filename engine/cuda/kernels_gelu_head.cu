@@ -9,10 +9,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned BlocksFor(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 65535 * 16 ? b : 65535 * 16);
-}
+unsigned BlocksFor(int64_t n) { return GridFor(n, kThreads); }
 
 __global__ void GeluMulKernel(const float* gu, int64_t rows, int64_t inter, void* out, bool out_bf16) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;

@@ -99,8 +99,9 @@ __global__ void __launch_bounds__(kSelectThreads) StatsKernel(SummarizeParams p)
   m = WarpMax(m);
   best = WarpMaxU64(best);
 
+  const bool want_lse = p.row_params[blockIdx.x].log_sum_exp != 0;
   double sum = 0;
-  if (isfinite(m)) {
+  if (want_lse && isfinite(m)) {
     for (int64_t i = threadIdx.x; i < p.vocab; i += blockDim.x) {
       const float v = raw[i];
       if (v > -INFINITY) sum += exp(static_cast<double>(v) - static_cast<double>(m));
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(kSelectThreads) StatsKernel(SummarizeParams p)
   sum = BlockSum(sum, scratch);
   if (threadIdx.x == 0) {
     SummaryRowStats& out = p.stats[blockIdx.x];
-    out.log_sum_exp = isfinite(m) ? static_cast<double>(m) + log(sum) : static_cast<double>(m);
+    out.log_sum_exp = !want_lse ? 0.0 : isfinite(m) ? static_cast<double>(m) + log(sum) : static_cast<double>(m);
     const int64_t id = best == 0 ? 0 : IdOfKey(best);
     out.fallback_id = static_cast<int32_t>(id);
     out.fallback_raw = raw[id];
@@ -251,10 +252,7 @@ __global__ void __launch_bounds__(kSelectThreads) SelectKernel(SummarizeParams p
 
 cudaError_t LaunchSummarize(const SummarizeParams& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.vocab <= 0) return cudaSuccess;
-  const int64_t total = p.rows * p.vocab;
-  int64_t blocks = (total + kElementwiseThreads - 1) / kElementwiseThreads;
-  if (blocks > 65535 * 16) blocks = 65535 * 16;
-  PrepareKernel<<<static_cast<unsigned>(blocks), kElementwiseThreads, 0, stream>>>(p);
+  PrepareKernel<<<GridFor(p.rows * p.vocab, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(p);
   PenalizeKernel<<<static_cast<unsigned>(p.rows), 256, 0, stream>>>(p);
   StatsKernel<<<static_cast<unsigned>(p.rows), kSelectThreads, 0, stream>>>(p);
   SelectKernel<<<dim3(static_cast<unsigned>(p.rows), 2), kSelectThreads, 0, stream>>>(p);

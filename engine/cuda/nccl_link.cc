@@ -252,12 +252,9 @@ absl::Status NcclPeerLink::FinishEnqueue() {
 
 absl::Status NcclPeerLink::Send(std::shared_ptr<const DeviceRows> rows) {
   if (rank_ != 0) return absl::FailedPreconditionError("this end of the peer link receives (rank 1); it cannot send");
-  const auto* r = dynamic_cast<const CudaDeviceRows*>(rows.get());
-  if (r == nullptr) return absl::InvalidArgumentError("a peer link sends only device rows made by the CUDA plugin");
-  if (r->device() != device_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rows on cuda:", r->device(), " cannot be sent by a peer link on cuda:", device_));
-  }
+  absl::StatusOr<const CudaDeviceRows*> sendable = RowsToSend(rows.get(), device_);
+  if (!sendable.ok()) return sendable.status();
+  const CudaDeviceRows* r = *sendable;
   std::lock_guard<std::mutex> lock(mu_);
   if (aborted_) return absl::UnavailableError("the peer link was aborted");
   ScopedDevice on(device_);

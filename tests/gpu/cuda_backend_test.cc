@@ -48,6 +48,15 @@ class CudaBackendTest : public ::testing::TestWithParam<Precision> {
   }
 
   Runner Cpu() { return {cpu_.get(), config_.hidden_size, config_.vocab_size}; }
+  // Stage backends for layers [0, 2) on device0 and the rest on device1, joined by a link of `kind`
+  // whose transport() is `transport`. Declared in this order so the links go before their backends.
+  struct LinkedStages {
+    std::unique_ptr<ModelWeights> w0, w1;
+    std::unique_ptr<LayerBackend> first, second;
+    std::unique_ptr<PeerLink> out, in;
+  };
+  void Link(int device0, int device1, PeerLinkKind kind, const std::string& transport, LinkedStages* st);
+
   // Stages `first` (layers [0, k)) and `second` (the rest) joined by out_link / in_link give, step by
   // step, the rows the whole range gives on gpu_, bit for bit.
   void LinkedStagesEqualTheWholeRange(LayerBackend& first, LayerBackend& second, PeerLink& out_link,
@@ -531,6 +540,39 @@ TEST_P(CudaBackendTest, PeerLinkIdsAndBadJoins) {
   }
 }
 
+void CudaBackendTest::Link(int device0, int device1, PeerLinkKind kind, const std::string& transport,
+                           LinkedStages* st) {
+  const int k = 2, L = config_.num_layers;
+  auto w0 = ModelWeights::Load(*dir_, config_, {0, k, true, false});
+  auto w1 = ModelWeights::Load(*dir_, config_, {k, L, false, true});
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  st->w0 = *std::move(w0);
+  st->w1 = *std::move(w1);
+  auto s0 = MakeCudaBackend(*st->w0, GetParam(), device0);
+  auto s1 = MakeCudaBackend(*st->w1, GetParam(), device1);
+  ASSERT_TRUE(s0.ok()) << s0.status();
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  st->first = *std::move(s0);
+  st->second = *std::move(s1);
+  auto id = st->first->NewPeerLinkId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::StatusOr<std::unique_ptr<PeerLink>> out_link = absl::UnknownError("not joined");
+  absl::StatusOr<std::unique_ptr<PeerLink>> in_link = absl::UnknownError("not joined");
+  {
+    std::thread a([&] { out_link = st->first->JoinPeerLink(*id, 0, kind, nullptr); });
+    std::thread b([&] { in_link = st->second->JoinPeerLink(*id, 1, kind, nullptr); });
+    a.join();
+    b.join();
+  }
+  ASSERT_TRUE(out_link.ok()) << out_link.status();
+  ASSERT_TRUE(in_link.ok()) << in_link.status();
+  st->out = *std::move(out_link);
+  st->in = *std::move(in_link);
+  EXPECT_EQ(st->out->transport(), transport);
+  EXPECT_EQ(st->out->Receive(1, config_.hidden_size).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st->in->Send(nullptr).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 void CudaBackendTest::LinkedStagesEqualTheWholeRange(LayerBackend& first, LayerBackend& second,
                                                    PeerLink& out_link, PeerLink& in_link) {
   const int64_t H = config_.hidden_size;
@@ -617,47 +659,22 @@ TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
     GTEST_SKIP() << "devices 0 and 1 differ (" << sm0 << " and " << sm1
                  << " SMs), so their attention splits and bits may differ";
   }
-  const int k = 2, L = config_.num_layers;
   const int64_t H = config_.hidden_size;
-  auto w0 = ModelWeights::Load(*dir_, config_, {0, k, true, false});
-  auto w1 = ModelWeights::Load(*dir_, config_, {k, L, false, true});
-  ASSERT_TRUE(w0.ok() && w1.ok());
-  auto s0 = MakeCudaBackend(**w0, GetParam(), 0);
-  auto s1 = MakeCudaBackend(**w1, GetParam(), 1);
-  ASSERT_TRUE(s0.ok()) << s0.status();
-  ASSERT_TRUE(s1.ok()) << s1.status();
-  LayerBackend& first = **s0;
-  LayerBackend& second = **s1;
-  EXPECT_NE(first.device_uid(), second.device_uid());
-
-  auto id = first.NewPeerLinkId();
-  ASSERT_TRUE(id.ok()) << id.status();
-  absl::StatusOr<std::unique_ptr<PeerLink>> out_link = absl::UnknownError("not joined");
-  absl::StatusOr<std::unique_ptr<PeerLink>> in_link = absl::UnknownError("not joined");
-  {
-    std::thread a([&] { out_link = first.JoinPeerLink(*id, 0, PeerLinkKind::kAcrossDevices, nullptr); });
-    std::thread b([&] { in_link = second.JoinPeerLink(*id, 1, PeerLinkKind::kAcrossDevices, nullptr); });
-    a.join();
-    b.join();
-  }
-  ASSERT_TRUE(out_link.ok()) << out_link.status();
-  ASSERT_TRUE(in_link.ok()) << in_link.status();
-  EXPECT_EQ((*out_link)->transport(), "nccl");
-  EXPECT_EQ((*out_link)->Receive(1, H).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ((*in_link)->Send(nullptr).code(), absl::StatusCode::kFailedPrecondition);
-
-  LinkedStagesEqualTheWholeRange(first, second, **out_link, **in_link);
+  LinkedStages st;
+  ASSERT_NO_FATAL_FAILURE(Link(0, 1, PeerLinkKind::kAcrossDevices, "nccl", &st));
+  EXPECT_NE(st.first->device_uid(), st.second->device_uid());
+  LinkedStagesEqualTheWholeRange(*st.first, *st.second, *st.out, *st.in);
 
   // A receive still pending when its link goes: the rows say they never arrived, and a step fed with
   // them fails without advancing its sequence.
-  auto orphan = (*in_link)->Receive(1, H);
+  auto orphan = st.in->Receive(1, H);
   ASSERT_TRUE(orphan.ok()) << orphan.status();
-  in_link->reset();
+  st.in.reset();
   std::vector<float> lost(H);
   EXPECT_EQ((*orphan)->CopyToHost(lost.data()).code(), absl::StatusCode::kUnavailable);
-  auto kv = second.NewSequence();
+  auto kv = st.second->NewSequence();
   SequenceSlice one{kv.get(), 1};
-  EXPECT_EQ(second.ForwardToDevice({&one, 1}, nullptr, *std::move(orphan)).status().code(),
+  EXPECT_EQ(st.second->ForwardToDevice({&one, 1}, nullptr, *std::move(orphan)).status().code(),
             absl::StatusCode::kUnavailable);
   EXPECT_EQ(kv->length(), 0);
 #endif
@@ -666,45 +683,22 @@ TEST_P(CudaBackendTest, PeerLinkBetweenTwoGpusEqualsTheWholeRange) {
 TEST_P(CudaBackendTest, SameDeviceLinkEqualsTheWholeRange) {
   // Two stages on one GPU in one process: the CUDA IPC link's own-process path (a link across
   // processes opens the same slots and events through IPC handles: tests/gpu/run.sh's two workers).
-  const int k = 2, L = config_.num_layers;
   const int64_t H = config_.hidden_size;
-  auto w0 = ModelWeights::Load(*dir_, config_, {0, k, true, false});
-  auto w1 = ModelWeights::Load(*dir_, config_, {k, L, false, true});
-  ASSERT_TRUE(w0.ok() && w1.ok());
-  auto s0 = MakeCudaBackend(**w0, GetParam(), 0);
-  auto s1 = MakeCudaBackend(**w1, GetParam(), 0);
-  ASSERT_TRUE(s0.ok()) << s0.status();
-  ASSERT_TRUE(s1.ok()) << s1.status();
-  LayerBackend& first = **s0;
-  LayerBackend& second = **s1;
-  EXPECT_EQ(first.device_uid(), second.device_uid());
-  auto id = first.NewPeerLinkId();
-  ASSERT_TRUE(id.ok()) << id.status();
-  absl::StatusOr<std::unique_ptr<PeerLink>> out_link = absl::UnknownError("not joined");
-  absl::StatusOr<std::unique_ptr<PeerLink>> in_link = absl::UnknownError("not joined");
-  {
-    std::thread a([&] { out_link = first.JoinPeerLink(*id, 0, PeerLinkKind::kSameDevice, nullptr); });
-    std::thread b([&] { in_link = second.JoinPeerLink(*id, 1, PeerLinkKind::kSameDevice, nullptr); });
-    a.join();
-    b.join();
-  }
-  ASSERT_TRUE(out_link.ok()) << out_link.status();
-  ASSERT_TRUE(in_link.ok()) << in_link.status();
-  EXPECT_EQ((*out_link)->transport(), "cuda-ipc");
-  EXPECT_EQ((*out_link)->Receive(1, H).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ((*in_link)->Send(nullptr).code(), absl::StatusCode::kFailedPrecondition);
-  LinkedStagesEqualTheWholeRange(first, second, **out_link, **in_link);
+  LinkedStages st;
+  ASSERT_NO_FATAL_FAILURE(Link(0, 0, PeerLinkKind::kSameDevice, "cuda-ipc", &st));
+  EXPECT_EQ(st.first->device_uid(), st.second->device_uid());
+  LinkedStagesEqualTheWholeRange(*st.first, *st.second, *st.out, *st.in);
 
   // A receive waiting for rows that never come lets go when the link is aborted (a new assignment).
   std::thread aborter([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    (*in_link)->Abort();
+    st.in->Abort();
   });
-  const absl::Status waited = (*in_link)->Receive(1, H).status();
+  const absl::Status waited = st.in->Receive(1, H).status();
   aborter.join();
   EXPECT_FALSE(waited.ok());
-  EXPECT_EQ((*in_link)->Receive(1, H).status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ((*out_link)->Send(nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.in->Receive(1, H).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(st.out->Send(nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, CudaBackendTest, ::testing::Values(Precision::kFp32, Precision::kBf16),

@@ -83,6 +83,10 @@ if [ ! -x "$bin/bench_cuda" ]; then
   exit 1
 fi
 
+section "0. CUDA IPC events across two processes (what the same-GPU link relies on)"
+timeout 60 "$bin/ipc_event_check" 2>&1 | tail -5
+record "ipc events across processes" "${PIPESTATUS[0]}"
+
 section "1. CUDA backend vs CPU backend (the gpu-labelled tests)"
 if [ "$bundle" -eq 1 ]; then
   (rc=0

@@ -18,6 +18,9 @@ if(LAYERPIPE_HAVE_CUDA)
       LAYERPIPE_BIN_DIR="${CMAKE_BINARY_DIR}/bin"
       LAYERPIPE_TOKENIZER_PATH="${LAYERPIPE_TOKENIZER_JSON}")
   endforeach()
+  # A two-process check of the CUDA IPC event behaviour the same-device link relies on (run.sh runs it).
+  add_executable(ipc_event_check ${CMAKE_CURRENT_LIST_DIR}/ipc_event_check.cu)
+  target_link_libraries(ipc_event_check PRIVATE CUDA::cudart)
   # The peer-link tests need to know whether the plugin has NCCL (engine/cuda/CMakeLists.txt).
   if(LAYERPIPE_NCCL_INCLUDE_DIR AND LAYERPIPE_NCCL_LIBRARY)
     target_compile_definitions(cuda_backend_test PRIVATE LAYERPIPE_HAVE_NCCL)

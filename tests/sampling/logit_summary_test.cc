@@ -98,8 +98,8 @@ TEST(LogitSummary, MatchesBruteForce) {
         ExpectSameEntries(s.best, BruteBest(prepared, row, best, true));
         ExpectSameEntries(s.top_raw, BruteBest(row, row, 20, false));
         EXPECT_EQ(s.log_sum_exp, LogSumExp(row));
-        EXPECT_EQ(s.fallback_id, RawFallbackId(row));
-        EXPECT_EQ(s.fallback_raw, row[s.fallback_id]);
+        // The fallback is only filled in where a sampler would use it.
+        EXPECT_EQ(s.fallback_id, s.best.empty() ? RawFallbackId(row) : 0);
       }
     }
   }
@@ -117,6 +117,35 @@ TEST(LogitSummary, FallbackSkipsNaNAndBannedIdsAndKeepsNegativeInfinity) {
   const LogitRowSummary s = SummarizeLogitRow(row, {.best = 3});
   ASSERT_EQ(s.best.size(), 1u);  // the banned id's 5 is no candidate, -inf entries neither
   EXPECT_EQ(s.best[0].id, 30);
+}
+
+TEST(LogitSummary, TheFallbackComesWithAnEmptyBestList) {
+  std::vector<float> row(kGemmaVocab, -kInf);
+  row[kBannedTokenIds[0]] = 9.0f;
+  row[3] = kNaN;
+  row[4] = -kInf;
+  for (int best : {0, 4}) {
+    const LogitRowSummary s = SummarizeLogitRow(row, {.best = best});
+    EXPECT_TRUE(s.best.empty());
+    EXPECT_EQ(s.fallback_id, 0);  // -inf at 0 is the first non-NaN, non-banned maximum
+    EXPECT_EQ(s.fallback_raw, -kInf);
+  }
+  row[7] = 1.0f;
+  EXPECT_EQ(SummarizeLogitRow(row, {.best = 0}).fallback_id, 7);
+  EXPECT_EQ(SummarizeLogitRow(row, {.best = 1}).fallback_id, 0);  // best holds 7 itself
+}
+
+TEST(LogitSummary, LogSumExpOnlyWhenAsked) {
+  std::mt19937_64 rng(9);
+  const std::vector<float> row = AwkwardRow(rng, 1000, 0);
+  LogitRowRequest with{.best = 3, .top_raw = 2}, without = with;
+  without.log_sum_exp = false;
+  const LogitRowSummary a = SummarizeLogitRow(row, with), b = SummarizeLogitRow(row, without);
+  EXPECT_EQ(a.log_sum_exp, LogSumExp(row));
+  EXPECT_EQ(b.log_sum_exp, 0.0);
+  ExpectSameEntries(b.best, a.best);
+  ExpectSameEntries(b.top_raw, a.top_raw);
+  EXPECT_EQ(b.fallback_id, a.fallback_id);
 }
 
 TEST(LogitSummary, SummaryRawValueFindsBestEntriesAndTheFallback) {
