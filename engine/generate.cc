@@ -10,15 +10,13 @@ namespace layerpipe {
 namespace {
 
 // One step of `in` and the token `sampler` picks. When the sampler can work from a summary (greedy,
-// top-k) only that leaves the backend, which on a GPU keeps the 1 MiB logits row on the device.
+// top-k, plain temperature) only that leaves the backend, which on a GPU keeps the 1 MiB logits row on
+// the device.
 absl::StatusOr<int32_t> NextToken(Engine& engine, const StepInput& in, Sampler& sampler,
                                   absl::Span<const int32_t> history) {
-  if (const int best = sampler.BestNeeded(kMaxSummaryBest); best > 0) {
-    const std::vector<int32_t> penalized = sampler.PenalizedIds(history);
-    LogitRowRequest request;
-    request.best = best;
-    request.repetition_penalty = sampler.params().repetition_penalty;
-    request.penalized_ids = penalized;
+  std::vector<int32_t> penalized;
+  LogitRowRequest request;
+  if (sampler.FillRequest(history, &request, &penalized)) {
     request.log_sum_exp = false;  // nothing here reports log-probabilities
     auto summaries = engine.StepSummaries({&in, 1}, {&request, 1});
     if (!summaries.ok()) return summaries.status();

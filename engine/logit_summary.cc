@@ -79,6 +79,7 @@ float SummaryRawValue(const LogitRowSummary& summary, int32_t id) {
   for (const ScoredId& e : summary.best) {
     if (e.id == id) return e.raw;
   }
+  if (id == summary.drawn && id >= 0) return summary.drawn_raw;
   if (id == summary.fallback_id) return summary.fallback_raw;
   return std::numeric_limits<float>::quiet_NaN();
 }
@@ -109,6 +110,10 @@ LogitRowSummary SummarizeLogitRow(absl::Span<const float> row, const LogitRowReq
       }
       s.best = BestEntries(prepared.data(), row.data(), n, k, true);
     }
+  }
+  if (request.draw) {
+    s.drawn = DrawFromWholeRow(row, request);
+    if (s.drawn >= 0) s.drawn_raw = row[s.drawn];
   }
   // Only a row without any best entry falls back (Sampler::SampleFromSummary), so only then is the
   // fallback's pass over the row worth making.

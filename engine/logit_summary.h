@@ -27,6 +27,12 @@ struct LogitRowRequest {
   float repetition_penalty = 1;
   absl::Span<const int32_t> penalized_ids;  // distinct ids in [0, vocab); ignored when the penalty is 1
   bool log_sum_exp = true;  // false: the caller reports no log-probabilities (the summary's field is 0)
+  // A draw over the whole prepared row (temperature sampling without top-k or top-p, optionally with
+  // min-p), made where the logits are, for the uniform `u` in [0, 1): LogitRowSummary::drawn.
+  bool draw = false;
+  double u = 0;
+  float temperature = 1;
+  float min_p = 0;
 };
 
 struct ScoredId {
@@ -48,6 +54,10 @@ struct LogitRowSummary {
   // back to. Otherwise 0 and 0.
   int32_t fallback_id = 0;
   float fallback_raw = 0;
+  // With `draw`: the token drawn (DrawFromWholeRow in engine/sampler.h defines it), -1 when nothing in
+  // the prepared row is above -inf; drawn_raw is its raw value.
+  int32_t drawn = -1;
+  float drawn_raw = 0;
 };
 
 // The reference: the summary of a host row. Backends without a device summary use it on their host
@@ -58,8 +68,8 @@ LogitRowSummary SummarizeLogitRow(absl::Span<const float> row, const LogitRowReq
 // are left out when skip_neg_inf. `raw` fills ScoredId::raw (values itself when null).
 std::vector<ScoredId> BestEntries(const float* values, const float* raw, int64_t n, size_t k, bool skip_neg_inf);
 
-// The raw value at `id` when the summary holds it (a best entry or the fallback), else NaN. A token
-// from Sampler::SampleFromSummary always is one of those.
+// The raw value at `id` when the summary holds it (a best entry, the drawn token or the fallback), else
+// NaN. A token from Sampler::SampleFromSummary always is one of those.
 float SummaryRawValue(const LogitRowSummary& summary, int32_t id);
 
 // LogitRowSummary::fallback_id of a host row.

@@ -141,6 +141,45 @@ void CopyReplacingNaN(const float* __restrict in, float* __restrict out, int n) 
 
 }  // namespace
 
+int32_t DrawFromWholeRow(absl::Span<const float> row, const LogitRowRequest& request) {
+  // Sampler::PrepareLogits, Filter's whole-vocabulary path without top-p, then Draw: the same steps on
+  // the same functions, so a host summary's draw is Sample()'s token bit for bit.
+  const int n = static_cast<int>(row.size());
+  std::vector<float> prepared(static_cast<size_t>(n));
+  CopyReplacingNaN(row.data(), prepared.data(), n);
+  for (int32_t banned : kBannedTokenIds) {
+    if (banned < n) prepared[banned] = kNegInf;
+  }
+  if (request.repetition_penalty != 1.0f) {
+    for (int32_t id : request.penalized_ids) {
+      if (id < 0 || id >= n) continue;
+      float& v = prepared[id];
+      v = v > 0 ? v / request.repetition_penalty : v * request.repetition_penalty;
+    }
+  }
+  float max_logit = kNegInf;
+  for (float v : prepared) max_logit = std::max(max_logit, v);
+  if (max_logit == kNegInf) return -1;
+  std::vector<float> weights(static_cast<size_t>(n));
+  RowWeights(prepared.data(), n, max_logit, 1.0f / request.temperature, weights.data());
+  const double min_p = request.min_p;
+  double mass = 0;
+  for (float w : weights) {
+    if (w > 0 && w >= min_p) mass += w;
+  }
+  const double point = request.u * mass;
+  double cumulative = 0;
+  int32_t last = -1;
+  for (int i = 0; i < n; ++i) {
+    const float w = weights[i];
+    if (!(w > 0 && w >= min_p)) continue;
+    cumulative += w;
+    last = i;
+    if (point < cumulative) return i;
+  }
+  return last;
+}
+
 absl::Status ValidateSamplingParams(const SamplingParams& p) {
   if (std::isnan(p.temperature) || std::isinf(p.temperature) || p.temperature < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -168,6 +207,11 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
 
 Sampler::Sampler(const SamplingParams& params, int vocab_size)
     : params_(Sanitize(params)), vocab_size_(std::max(vocab_size, 0)), rng_(params.seed) {}
+
+double Sampler::PeekUniform() const {
+  std::mt19937_64 copy = rng_;
+  return static_cast<double>(copy() >> 11) * 0x1.0p-53;
+}
 
 double Sampler::NextUniform() {
   // The top 53 bits scaled by 2^-53: exactly representable, in [0, 1), and defined by mt19937_64
@@ -391,6 +435,28 @@ int32_t Sampler::Draw(double u, size_t size) const {
   return candidates_[size - 1].id;
 }
 
+bool Sampler::WholeRowDraw() const {
+  return params_.temperature > 0 && (params_.top_k <= 0 || params_.top_k >= vocab_size_) && params_.top_p >= 1.0f;
+}
+
+bool Sampler::UsesSummary() const { return BestNeeded(kMaxSummaryBest) > 0 || WholeRowDraw(); }
+
+bool Sampler::FillRequest(absl::Span<const int32_t> history, LogitRowRequest* request,
+                          std::vector<int32_t>* penalized) {
+  if (!UsesSummary()) return false;
+  *penalized = PenalizedIds(history);
+  request->best = BestNeeded(kMaxSummaryBest);
+  request->repetition_penalty = params_.repetition_penalty;
+  request->penalized_ids = *penalized;
+  request->draw = WholeRowDraw();
+  if (request->draw) {
+    request->u = PeekUniform();
+    request->temperature = params_.temperature;
+    request->min_p = params_.min_p;
+  }
+  return true;
+}
+
 int Sampler::BestNeeded(int max_best) const {
   if (params_.temperature == 0) return 1;
   if (params_.top_k > 0 && params_.top_k < vocab_size_ && params_.top_k <= max_best) return params_.top_k;
@@ -412,7 +478,10 @@ std::vector<int32_t> Sampler::PenalizedIds(absl::Span<const int32_t> history) {
 
 int32_t Sampler::SampleFromSummary(const LogitRowSummary& summary) {
   int32_t id = -1;
-  if (params_.temperature == 0) {
+  if (WholeRowDraw()) {
+    NextUniform();  // the one FillRequest handed out, as SampleFromWork draws it
+    id = summary.drawn;
+  } else if (params_.temperature == 0) {
     if (!summary.best.empty()) id = summary.best.front().id;
   } else {
     // Drawn first, as in SampleFromWork, so the stream advances by one whatever the summary holds.

@@ -37,6 +37,12 @@ inline bool IsBannedTokenId(int32_t id) {
 // reaches a Sampler.
 absl::Status ValidateSamplingParams(const SamplingParams& params);
 
+// The token a whole-row draw picks (temperature > 0 without top-k or top-p, as Sampler samples): the row
+// prepared as `request` says (NaN and banned ids out, the repetition penalty on its penalized_ids), then
+// weights e^((logit - max) / temperature) (0 below e^-80), those below min_p dropped, and the one whose
+// cumulative weight in id order first exceeds u times the total. -1 when nothing is above -inf.
+int32_t DrawFromWholeRow(absl::Span<const float> row, const LogitRowRequest& request);
+
 struct TokenProbability {
   int32_t id;
   double probability;
@@ -87,12 +93,19 @@ class Sampler {
   // and top_k <= max_best; 0 when this sampler needs the whole row (plain temperature, top-p or min-p
   // without top-k, or a top_k above max_best).
   int BestNeeded(int max_best) const;
+  // Whether SampleFromSummary can serve this sampler: BestNeeded(kMaxSummaryBest) > 0, or a whole-row
+  // draw (temperature without top-k or top-p), which the summary makes for this sampler's next uniform.
+  bool UsesSummary() const;
+  // Fills `request` for the next SampleFromSummary (false, leaving it, when UsesSummary() is false);
+  // `penalized` keeps the ids request->penalized_ids points at. Draws nothing: a whole-row draw gets the
+  // uniform the stream will give next, and the stream moves on only in SampleFromSummary.
+  bool FillRequest(absl::Span<const int32_t> history, LogitRowRequest* request, std::vector<int32_t>* penalized);
   // The distinct ids of `history` in [0, vocab) that the repetition penalty touches; empty when the
   // penalty is off. What a LogitRowRequest's penalized_ids must hold.
   std::vector<int32_t> PenalizedIds(absl::Span<const int32_t> history);
   // The token Sample() would return for the summarised row and history, advancing the RNG exactly as
-  // it would; `summary.best` must hold the BestNeeded() better-most prepared entries (fewer only when
-  // the row has no more above -inf).
+  // it would; the summary must answer the request FillRequest made (for BestNeeded() > 0, `best` holds
+  // that many better-most prepared entries, fewer only when the row has no more above -inf).
   int32_t SampleFromSummary(const LogitRowSummary& summary);
 
   // Advances the RNG as if `draws` sampled steps had run (each takes one output; see above), so a
@@ -125,6 +138,8 @@ class Sampler {
   void SelectTopK(int n, size_t k);
   int32_t SampleFromWork(int n);
   double NextUniform();  // [0, 1) with 53 random bits.
+  double PeekUniform() const;  // what NextUniform() will return, without advancing
+  bool WholeRowDraw() const;   // temperature sampling over the whole row (no top-k, no top-p)
 
   SamplingParams params_;
   int vocab_size_;

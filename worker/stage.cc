@@ -161,8 +161,8 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
   result->set_step_id(frame.step_id());
 
   // Which rows need logits, in row order, and the result each slice fills. A row that only picks a
-  // token, with a sampler that can work from a summary, gets one (engine/logit_summary.h): on a GPU
-  // its logits never leave the device. The others need the whole row.
+  // token, with a sampler that can work from a summary (greedy, top-k, or plain temperature), gets one
+  // (engine/logit_summary.h): on a GPU its logits never leave the device. The others need the whole row.
   struct RowUse {
     int slice;
     int64_t r;        // row within the slice
@@ -184,7 +184,7 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
     if (s.sample() || all_rows) {
       out[i] = result->add_results();
       out[i]->set_seq_id(s.seq_id());
-      if (!all_rows && seq->sampler->BestNeeded(kMaxSummaryBest) > 0) {
+      if (!all_rows && seq->sampler->UsesSummary()) {
         summary_uses.push_back({i, n - 1, row0 + n - 1});
       } else {
         for (int64_t r = all_rows ? 0 : n - 1; r < n; ++r) uses.push_back({i, r, row0 + r});
@@ -236,12 +236,8 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
     requests.assign(static_cast<size_t>(m), {});
     for (int64_t j = 0; j < m; ++j) {
       const RowUse& u = summary_uses[b + j];
-      Sampler& sampler = *seqs[u.slice]->sampler;
-      penalized[j] = sampler.PenalizedIds(seqs[u.slice]->history);
-      requests[j].best = sampler.BestNeeded(kMaxSummaryBest);
+      seqs[u.slice]->sampler->FillRequest(seqs[u.slice]->history, &requests[j], &penalized[j]);
       requests[j].top_raw = frame.slices(u.slice).top_logprobs();
-      requests[j].repetition_penalty = sampler.params().repetition_penalty;
-      requests[j].penalized_ids = penalized[j];
     }
     if (auto st = executor_->SummarizeLogits(rows_in.data(), requests, &summaries); !st.ok()) return st;
     for (int64_t j = 0; j < m; ++j) {

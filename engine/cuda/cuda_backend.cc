@@ -799,6 +799,11 @@ absl::Status CudaBackend::SummarizeLogits(const float* hidden, absl::Span<const 
       return absl::InvalidArgumentError(
           absl::StrCat("logit request ", r, " has repetition penalty ", q.repetition_penalty));
     }
+    if (q.draw && (!(q.temperature > 0) || !std::isfinite(q.temperature) || !(q.min_p >= 0 && q.min_p < 1) ||
+                   !(q.u >= 0 && q.u < 1))) {
+      return absl::InvalidArgumentError(absl::StrCat("logit request ", r, " draws with temperature ", q.temperature,
+                                                     ", min_p ", q.min_p, " and u ", q.u));
+    }
     if (q.repetition_penalty != 1.0f) {
       for (int32_t id : q.penalized_ids) {
         if (id < 0 || id >= V) {
@@ -838,6 +843,10 @@ absl::Status CudaBackend::SummarizeLogits(const float* hidden, absl::Span<const 
     rp.top_raw = static_cast<int32_t>(std::min<int64_t>(q.top_raw, V));
     rp.penalty = q.repetition_penalty;
     rp.log_sum_exp = q.log_sum_exp ? 1 : 0;
+    rp.draw = q.draw ? 1 : 0;
+    rp.u = q.u;
+    rp.inv_temperature = q.draw ? 1.0f / q.temperature : 0.0f;
+    rp.min_p = q.min_p;
     rp.penalized_begin = next;
     if (q.repetition_penalty != 1.0f) {
       std::memcpy(ids + next, q.penalized_ids.data(), q.penalized_ids.size() * sizeof(int32_t));
@@ -892,6 +901,10 @@ absl::Status CudaBackend::SummarizeLogits(const float* hidden, absl::Span<const 
     s.fallback_raw = stats[r].fallback_raw;
     s.best = entries(best + r * best_cap, stats[r].best_count);
     s.top_raw = entries(top + r * top_cap, stats[r].top_count);
+    if (requests[r].draw) {
+      s.drawn = stats[r].drawn;
+      s.drawn_raw = stats[r].drawn_raw;
+    }
     if (!s.best.empty()) {  // the fallback is only part of a summary without best entries
       s.fallback_id = 0;
       s.fallback_raw = 0;

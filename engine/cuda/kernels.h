@@ -145,17 +145,22 @@ cudaError_t LaunchGemmAttentionScatter(const GemmAttentionParams& p, cudaStream_
 // from the raw (softcapped) logits, selections unordered; the host sorts the few entries.
 inline constexpr int kMaxSummaryBanned = 4;
 struct SummaryRowParams {
+  double u;         // a whole-row draw's uniform
   int32_t best;     // how many best entries of the prepared row
   int32_t top_raw;  // how many best entries of the raw row
   float penalty;    // repetition penalty, 1 = none
   int32_t penalized_begin, penalized_end;  // this row's ids in SummarizeParams::penalized (distinct)
   int32_t log_sum_exp;                     // 0: skip it (the stats say 0)
+  int32_t draw;                            // 1: draw a token for u over the whole prepared row
+  float inv_temperature, min_p;            // the draw's
 };
 struct SummaryRowStats {
   double log_sum_exp;
   int32_t fallback_id;
   float fallback_raw;
   int32_t best_count, top_count;
+  int32_t drawn;  // the draw's token, -1 when nothing is above -inf (rows with draw only)
+  float drawn_raw;
 };
 struct SelectedEntry {  // the layout of layerpipe::ScoredId
   int32_t id;

@@ -117,6 +117,97 @@ __global__ void __launch_bounds__(kSelectThreads) StatsKernel(SummarizeParams p)
   }
 }
 
+// Sampler's weight of a prepared logit: e^((logit - max) / T), exactly 1 for the maximum itself and 0
+// below e^-80 (the host evaluates the same exponential by a polynomial; they differ by rounding).
+__device__ __forceinline__ float DrawWeight(float logit, float max_logit, float inv_t) {
+  const float x = logit == max_logit ? 0.f : (logit - max_logit) * inv_t;
+  return x >= -80.f ? expf(x) : 0.f;
+}
+
+// One block per row with a draw: the token whose cumulative weight, in id order over the tokens that
+// pass min-p, first exceeds u times their total (DrawFromWholeRow in engine/sampler.h). Each thread
+// sums a contiguous run of ids and one thread scans the runs in order, so the result is deterministic
+// and ordered like the host's sequential walk.
+__global__ void __launch_bounds__(kSelectThreads) DrawKernel(SummarizeParams p) {
+  __shared__ double run_start[kSelectThreads];
+  __shared__ double total_share;
+  __shared__ float max_share[32];
+  __shared__ int last_share[32];
+  const SummaryRowParams& rp = p.row_params[blockIdx.x];
+  if (rp.draw == 0) return;  // uniform over the block
+  const float* row = p.prepared + int64_t(blockIdx.x) * p.vocab;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  SummaryRowStats& out = p.stats[blockIdx.x];
+
+  float m = -INFINITY;  // the prepared row holds no NaN
+  for (int64_t i = threadIdx.x; i < p.vocab; i += blockDim.x) m = fmaxf(m, row[i]);
+  m = WarpMax(m);
+  if (lane == 0) max_share[warp] = m;
+  __syncthreads();
+  m = WarpMax(lane < warps ? max_share[lane] : -INFINITY);
+  if (m == -INFINITY) {
+    if (threadIdx.x == 0) {
+      out.drawn = -1;
+      out.drawn_raw = 0.f;
+    }
+    return;
+  }
+
+  const int64_t per = (p.vocab + blockDim.x - 1) / blockDim.x;
+  const int64_t lo = int64_t(threadIdx.x) * per, hi = lo + per < p.vocab ? lo + per : p.vocab;
+  const float inv_t = rp.inv_temperature, min_p = rp.min_p;
+  double mass = 0;
+  int last = -1;
+  for (int64_t i = lo; i < hi; ++i) {
+    const float w = DrawWeight(row[i], m, inv_t);
+    if (w > 0.f && w >= min_p) {
+      mass += w;
+      last = static_cast<int>(i);
+    }
+  }
+  run_start[threadIdx.x] = mass;
+  int last_all = last;
+  for (int o = 16; o > 0; o >>= 1) last_all = max(last_all, __shfl_xor_sync(0xffffffffu, last_all, o));
+  if (lane == 0) last_share[warp] = last_all;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double running = 0;
+    for (int t = 0; t < static_cast<int>(blockDim.x); ++t) {
+      const double run = run_start[t];
+      run_start[t] = running;
+      running += run;
+    }
+    total_share = running;
+    last_all = -1;
+    for (int w = 0; w < warps; ++w) last_all = max(last_all, last_share[w]);
+    last_share[0] = last_all;
+  }
+  __syncthreads();
+  const double total = total_share, point = rp.u * total;
+  const double start = run_start[threadIdx.x];
+  const double end = threadIdx.x + 1 < blockDim.x ? run_start[threadIdx.x + 1] : total;
+  int drawn = -2;  // -2: not this thread's to say
+  if (start <= point && point < end) {
+    double cumulative = start;
+    drawn = last;  // rounding may leave the point past the walk's end: the run's last token
+    for (int64_t i = lo; i < hi; ++i) {
+      const float w = DrawWeight(row[i], m, inv_t);
+      if (!(w > 0.f && w >= min_p)) continue;
+      cumulative += w;
+      if (point < cumulative) {
+        drawn = static_cast<int>(i);
+        break;
+      }
+    }
+  } else if (threadIdx.x == 0 && !(point < total)) {
+    drawn = last_share[0];  // rounding left the point at the very end, as on the host
+  }
+  if (drawn != -2) {
+    out.drawn = drawn;
+    out.drawn_raw = p.raw[int64_t(blockIdx.x) * p.vocab + drawn];
+  }
+}
+
 // The block's k largest keys among the included entries of one row, unordered, into out[0, k);
 // returns nothing: *count gets min(k, included).
 //   prepared mode (skip_neg_inf): values are the prepared row, -inf entries are not candidates.
@@ -255,6 +346,7 @@ cudaError_t LaunchSummarize(const SummarizeParams& p, cudaStream_t stream) {
   PrepareKernel<<<GridFor(p.rows * p.vocab, kElementwiseThreads), kElementwiseThreads, 0, stream>>>(p);
   PenalizeKernel<<<static_cast<unsigned>(p.rows), 256, 0, stream>>>(p);
   StatsKernel<<<static_cast<unsigned>(p.rows), kSelectThreads, 0, stream>>>(p);
+  DrawKernel<<<static_cast<unsigned>(p.rows), kSelectThreads, 0, stream>>>(p);
   SelectKernel<<<dim3(static_cast<unsigned>(p.rows), 2), kSelectThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }

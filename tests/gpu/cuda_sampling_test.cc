@@ -92,6 +92,11 @@ TEST_P(CudaSamplingTest, DeviceSummariesEqualTheHostSummaryOfTheDeviceLogits) {
     requests[r].top_raw = tops[(r / 3) % 3];
     requests[r].repetition_penalty = r % 2 ? 1.3f : 1.0f;
     requests[r].penalized_ids = penalized;
+    // Every other row also draws a token over the whole row (plain temperature sampling).
+    requests[r].draw = r % 2 == 0;
+    requests[r].u = (r + 0.5) / rows;
+    requests[r].temperature = 0.5f + 0.25f * r;
+    requests[r].min_p = r % 4 == 0 ? 0.0f : 0.01f;
   }
   std::vector<float> logits(static_cast<size_t>(rows * V));
   ASSERT_TRUE(gpu_->Logits(hidden.data(), rows, logits.data()).ok());
@@ -106,6 +111,9 @@ TEST_P(CudaSamplingTest, DeviceSummariesEqualTheHostSummaryOfTheDeviceLogits) {
     ExpectSameEntries(got[r].best, want.best, "best");
     ExpectSameEntries(got[r].top_raw, want.top_raw, "top_raw");
     EXPECT_EQ(got[r].fallback_id, want.fallback_id);
+    // The device's e^x and the host's differ by rounding, which could move a draw only if u landed
+    // within ~1e-7 of a boundary between two tokens' cumulative weights.
+    EXPECT_EQ(got[r].drawn, want.drawn);
     if (std::isfinite(want.log_sum_exp)) {
       EXPECT_NEAR(got[r].log_sum_exp, want.log_sum_exp, 1e-9 * std::max(1.0, std::abs(want.log_sum_exp)));
     } else {
@@ -130,19 +138,18 @@ TEST_P(CudaSamplingTest, SamplersPickTheSameTokensFromDeviceSummaries) {
        {SamplingParams{.temperature = 0}, SamplingParams{.temperature = 0, .repetition_penalty = 1.5f},
         SamplingParams{.temperature = 0.8f, .top_k = 50, .top_p = 0.9f, .seed = 3},
         SamplingParams{.temperature = 1.5f, .top_k = kMaxSummaryBest, .min_p = 0.01f, .repetition_penalty = 1.2f,
-                       .seed = 8}}) {
+                       .seed = 8},
+        SamplingParams{.temperature = 1.0f, .seed = 9},
+        SamplingParams{.temperature = 0.7f, .min_p = 0.05f, .repetition_penalty = 1.2f, .seed = 10}}) {
     Sampler whole(params, static_cast<int>(V)), summarised(params, static_cast<int>(V));
-    const std::vector<int32_t> ids = summarised.PenalizedIds(history);
-    std::vector<LogitRowRequest> requests(rows);
-    for (LogitRowRequest& q : requests) {
-      q.best = summarised.BestNeeded(kMaxSummaryBest);
-      q.repetition_penalty = summarised.params().repetition_penalty;
-      q.penalized_ids = ids;
-    }
-    std::vector<LogitRowSummary> summaries;
-    ASSERT_TRUE(gpu_->SummarizeLogits(hidden.data(), requests, &summaries).ok());
+    // One row at a time, as a sequence's steps come: a whole-row draw uses the stream's next uniform.
     for (int r = 0; r < rows; ++r) {
-      EXPECT_EQ(summarised.SampleFromSummary(summaries[r]),
+      std::vector<int32_t> ids;
+      LogitRowRequest q;
+      ASSERT_TRUE(summarised.FillRequest(history, &q, &ids));
+      std::vector<LogitRowSummary> summaries;
+      ASSERT_TRUE(gpu_->SummarizeLogits(hidden.data() + r * config_.hidden_size, {&q, 1}, &summaries).ok());
+      EXPECT_EQ(summarised.SampleFromSummary(summaries[0]),
                 whole.Sample({logits.data() + r * V, static_cast<size_t>(V)}, history))
           << "row " << r << " temperature " << params.temperature;
     }
@@ -158,6 +165,8 @@ TEST_P(CudaSamplingTest, BadRequestsAreRejected) {
   LogitRowRequest bad_id{.best = 1, .repetition_penalty = 1.1f, .penalized_ids = outside};
   EXPECT_EQ(gpu_->SummarizeLogits(hidden.data(), {&bad_id, 1}, &out).code(), absl::StatusCode::kInvalidArgument);
   // And the backend still serves.
+  LogitRowRequest cold{.draw = true, .u = 0.5, .temperature = 0.0f};
+  EXPECT_EQ(gpu_->SummarizeLogits(hidden.data(), {&cold, 1}, &out).code(), absl::StatusCode::kInvalidArgument);
   LogitRowRequest fine{.best = 3, .top_raw = 2};
   ASSERT_TRUE(gpu_->SummarizeLogits(hidden.data(), {&fine, 1}, &out).ok());
   EXPECT_EQ(out.size(), 1u);

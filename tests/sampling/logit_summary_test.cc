@@ -164,6 +164,10 @@ TEST(SamplerSummary, BestNeededSaysWhichSamplersCanUseASummary) {
   EXPECT_EQ(Sampler({.temperature = 0.8f, .top_k = 40}, V).BestNeeded(kMaxSummaryBest), 40);
   EXPECT_EQ(Sampler({.temperature = 0.8f, .top_k = 40, .top_p = 0.9f}, V).BestNeeded(kMaxSummaryBest), 40);
   EXPECT_EQ(Sampler({.temperature = 0.8f}, V).BestNeeded(kMaxSummaryBest), 0);
+  EXPECT_TRUE(Sampler({.temperature = 0.8f}, V).UsesSummary());  // a whole-row draw
+  EXPECT_TRUE(Sampler({.temperature = 0.8f, .min_p = 0.1f}, V).UsesSummary());
+  EXPECT_FALSE(Sampler({.temperature = 0.8f, .top_p = 0.9f}, V).UsesSummary());
+  EXPECT_FALSE(Sampler({.temperature = 0.8f, .top_k = kMaxSummaryBest + 1}, 5000).UsesSummary());
   EXPECT_EQ(Sampler({.temperature = 0.8f, .top_p = 0.9f}, V).BestNeeded(kMaxSummaryBest), 0);
   EXPECT_EQ(Sampler({.temperature = 0.8f, .top_k = 40}, V).BestNeeded(39), 0);
   EXPECT_EQ(Sampler({.temperature = 0.8f, .top_k = V}, V).BestNeeded(2 * V), 0);  // top-k off
@@ -184,19 +188,16 @@ TEST(SamplerSummary, PenalizedIdsAreTheDistinctIdsInTheVocabulary) {
 // which also shows both consume the RNG stream identically.
 void ExpectSameTokens(const SamplingParams& params, int vocab, int steps, uint64_t row_seed) {
   Sampler whole(params, vocab), summarised(params, vocab);
-  const int best = summarised.BestNeeded(kMaxSummaryBest);
-  ASSERT_GT(best, 0);
+  ASSERT_TRUE(summarised.UsesSummary());
   std::mt19937_64 rng(row_seed);
   std::vector<int32_t> history;
   std::uniform_int_distribution<int32_t> id(0, vocab - 1);
   for (int i = 0; i < 40; ++i) history.push_back(id(rng));
   for (int step = 0; step < steps; ++step) {
     const std::vector<float> row = AwkwardRow(rng, vocab, step);
-    const std::vector<int32_t> penalized = summarised.PenalizedIds(history);
+    std::vector<int32_t> penalized;
     LogitRowRequest req;
-    req.best = best;
-    req.repetition_penalty = summarised.params().repetition_penalty;
-    req.penalized_ids = penalized;
+    ASSERT_TRUE(summarised.FillRequest(history, &req, &penalized));
     const int32_t want = whole.Sample(row, history);
     const int32_t got = summarised.SampleFromSummary(SummarizeLogitRow(row, req));
     ASSERT_EQ(got, want) << "step " << step;
@@ -222,10 +223,48 @@ TEST(SamplerSummary, SameTokensAsTheWholeRow) {
   }
 }
 
+TEST(SamplerSummary, WholeRowDrawsGiveTheSameTokensAsTheWholeRow) {
+  const int V = 2000;
+  for (float penalty : {1.0f, 1.3f}) {
+    for (float temperature : {0.3f, 1.0f, 2.5f}) {
+      for (float min_p : {0.0f, 0.05f}) {
+        SCOPED_TRACE(::testing::Message() << "penalty " << penalty << " temperature " << temperature << " min_p "
+                                          << min_p);
+        ExpectSameTokens({.temperature = temperature, .min_p = min_p, .repetition_penalty = penalty, .seed = 17}, V,
+                         30, 3);
+      }
+    }
+  }
+  // A top_k that covers the vocabulary is no top-k.
+  ExpectSameTokens({.temperature = 0.8f, .top_k = V, .seed = 5}, V, 20, 4);
+}
+
+TEST(SamplerSummary, FillRequestPeeksAtTheStreamAndSamplingAdvancesIt) {
+  Sampler s({.temperature = 1.0f, .seed = 42}, 100);
+  std::vector<int32_t> penalized;
+  LogitRowRequest a, b, c;
+  ASSERT_TRUE(s.FillRequest({}, &a, &penalized));
+  ASSERT_TRUE(s.FillRequest({}, &b, &penalized));
+  EXPECT_TRUE(a.draw);
+  EXPECT_EQ(a.u, b.u);  // peeking twice draws nothing
+  std::vector<float> row(100, 0.0f);
+  s.SampleFromSummary(SummarizeLogitRow(row, a));
+  ASSERT_TRUE(s.FillRequest({}, &c, &penalized));
+  EXPECT_NE(c.u, a.u);
+  // Samplers a summary cannot serve say so and fill nothing.
+  Sampler nucleus({.temperature = 1.0f, .top_p = 0.9f}, 100);
+  LogitRowRequest untouched;
+  EXPECT_FALSE(nucleus.UsesSummary());
+  EXPECT_FALSE(nucleus.FillRequest({}, &untouched, &penalized));
+  EXPECT_FALSE(untouched.draw);
+  EXPECT_EQ(untouched.best, 0);
+}
+
 TEST(SamplerSummary, SameTokensOverTheGemmaVocabularyWithBannedIds) {
   ExpectSameTokens({.temperature = 0}, kGemmaVocab, 8, 5);
   ExpectSameTokens({.temperature = 1.2f, .top_k = 64, .top_p = 0.95f, .repetition_penalty = 1.1f, .seed = 4},
                    kGemmaVocab, 8, 6);
+  ExpectSameTokens({.temperature = 0.9f, .min_p = 0.02f, .seed = 8}, kGemmaVocab, 8, 7);
 }
 
 TEST(SamplerSummary, NothingAboveNegativeInfinityFallsBackLikeTheWholeRow) {
@@ -233,9 +272,12 @@ TEST(SamplerSummary, NothingAboveNegativeInfinityFallsBackLikeTheWholeRow) {
   std::vector<float> row(V, -kInf);
   row[kBannedTokenIds[1]] = 3.0f;
   row[5] = kNaN;
-  for (const SamplingParams& p : {SamplingParams{.temperature = 0}, SamplingParams{.temperature = 1, .top_k = 8}}) {
+  for (const SamplingParams& p : {SamplingParams{.temperature = 0}, SamplingParams{.temperature = 1, .top_k = 8},
+                                  SamplingParams{.temperature = 1}}) {
     Sampler whole(p, V), summarised(p, V);
-    LogitRowRequest req{.best = summarised.BestNeeded(kMaxSummaryBest)};
+    std::vector<int32_t> penalized;
+    LogitRowRequest req;
+    ASSERT_TRUE(summarised.FillRequest({}, &req, &penalized));
     const LogitRowSummary s = SummarizeLogitRow(row, req);
     EXPECT_TRUE(s.best.empty());
     const int32_t got = summarised.SampleFromSummary(s);
@@ -245,6 +287,7 @@ TEST(SamplerSummary, NothingAboveNegativeInfinityFallsBackLikeTheWholeRow) {
     const std::vector<float> next = {0.1f, 0.5f, 0.2f, 0.4f, 0.3f, 0.0f, 0.2f, 0.1f, 0.6f, 0.5f};
     std::vector<float> wide(V, -1.0f);
     std::copy(next.begin(), next.end(), wide.begin());
+    ASSERT_TRUE(summarised.FillRequest({}, &req, &penalized));
     EXPECT_EQ(summarised.SampleFromSummary(SummarizeLogitRow(wide, req)), whole.Sample(wide, {}));
   }
 }

@@ -128,8 +128,8 @@ TEST_F(WorkerPipelineTest, SeededSamplingMatchesTheEngineAndResumesWithRngSkip) 
   EXPECT_EQ(resumed, std::vector<int32_t>(want.tokens.begin() + kKept, want.tokens.end()));
 }
 
-// The last stage answers a greedy or top-k row from a logit summary (what a GPU keeps on the device)
-// and a plain-temperature row from the whole row; either way the token's logprob and the top
+// The last stage answers a greedy, top-k or plain-temperature row from a logit summary (what a GPU
+// keeps on the device) and a top-p row from the whole row; either way the token's logprob and the top
 // logprobs are those of the model's full distribution.
 TEST_F(WorkerPipelineTest, SampledLogprobsAreThoseOfTheWholeRowWithOrWithoutASummary) {
   Pipeline pipe(3);
@@ -148,6 +148,7 @@ TEST_F(WorkerPipelineTest, SampledLogprobsAreThoseOfTheWholeRowWithOrWithoutASum
   uint64_t seq = 10;
   for (const SamplingParams& p : {SamplingParams{.temperature = 0},
                                   SamplingParams{.temperature = 0.9f, .top_k = 7, .repetition_penalty = 1.3f, .seed = 5},
+                                  SamplingParams{.temperature = 0.9f, .min_p = 0.01f, .seed = 6},
                                   SamplingParams{.temperature = 0.9f, .top_p = 0.8f, .seed = 5}}) {
     SCOPED_TRACE(::testing::Message() << "temperature " << p.temperature << " top_k " << p.top_k);
     v1::StepFrame f;
@@ -155,6 +156,7 @@ TEST_F(WorkerPipelineTest, SampledLogprobsAreThoseOfTheWholeRowWithOrWithoutASum
     s->mutable_sampling()->set_temperature(p.temperature);
     s->mutable_sampling()->set_top_k(p.top_k);
     s->mutable_sampling()->set_top_p(p.top_p);
+    s->mutable_sampling()->set_min_p(p.min_p);
     s->mutable_sampling()->set_repetition_penalty(p.repetition_penalty);
     s->mutable_sampling()->set_seed(p.seed);
     s->set_top_logprobs(5);
