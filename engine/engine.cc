@@ -99,14 +99,31 @@ absl::StatusOr<std::vector<std::vector<float>>> Engine::Step(absl::Span<const St
   return logits;
 }
 
+absl::StatusOr<std::vector<float>> Engine::Logits(const std::vector<float>& hidden, int64_t rows) {
+  if (rows < 0 || static_cast<size_t>(rows * config_.hidden_size) != hidden.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(hidden.size(), " hidden values are not ", rows, " rows"));
+  }
+  std::vector<float> logits(static_cast<size_t>(rows * config_.vocab_size));
+  if (auto st = executor_->Logits(hidden.data(), rows, logits.data()); !st.ok()) return st;
+  return logits;
+}
+
 absl::StatusOr<std::vector<LogitRowSummary>> Engine::StepSummaries(absl::Span<const StepInput> inputs,
-                                                                  absl::Span<const LogitRowRequest> requests) {
+                                                                  absl::Span<const LogitRowRequest> requests,
+                                                                  std::vector<float>* last_hidden) {
   if (requests.size() != inputs.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(requests.size(), " logit requests for ", inputs.size(), " step inputs"));
   }
   std::vector<LogitRowSummary> summaries(inputs.size());
+  const int64_t H = config_.hidden_size;
+  if (last_hidden != nullptr) last_hidden->assign(inputs.size() * H, 0.0f);
   auto head = [&](const std::vector<float>& rows, const std::vector<size_t>& finished) -> absl::Status {
+    if (last_hidden != nullptr) {
+      for (size_t f = 0; f < finished.size(); ++f) {
+        std::copy_n(rows.begin() + f * H, H, last_hidden->begin() + finished[f] * H);
+      }
+    }
     std::vector<LogitRowRequest> wanted;
     for (size_t i : finished) wanted.push_back(requests[i]);
     std::vector<LogitRowSummary> out;

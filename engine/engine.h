@@ -45,9 +45,13 @@ class Engine {
   absl::StatusOr<std::vector<std::vector<float>>> Step(absl::Span<const StepInput> inputs);
 
   // Step, returning for each input the LogitRowSummary requests[i] asks for (computed where the logits
-  // are: on a GPU only the summaries leave the device).
+  // are: on a GPU only the summaries leave the device). With `last_hidden`, also each input's final
+  // hidden row ([inputs][hidden]), from which Logits() gives the whole row when a summary cannot say.
   absl::StatusOr<std::vector<LogitRowSummary>> StepSummaries(absl::Span<const StepInput> inputs,
-                                                             absl::Span<const LogitRowRequest> requests);
+                                                             absl::Span<const LogitRowRequest> requests,
+                                                             std::vector<float>* last_hidden = nullptr);
+  // Softcapped logits of `rows` final hidden rows (as StepSummaries returns them): [rows][vocab].
+  absl::StatusOr<std::vector<float>> Logits(const std::vector<float>& hidden, int64_t rows);
 
   // Logits at every position of a fresh sequence: [ids][vocab].
   absl::StatusOr<std::vector<float>> Score(absl::Span<const int32_t> ids);

@@ -18,9 +18,15 @@ absl::StatusOr<int32_t> NextToken(Engine& engine, const StepInput& in, Sampler& 
   LogitRowRequest request;
   if (sampler.FillRequest(history, &request, &penalized)) {
     request.log_sum_exp = false;  // nothing here reports log-probabilities
-    auto summaries = engine.StepSummaries({&in, 1}, {&request, 1});
+    std::vector<float> hidden;
+    auto summaries = engine.StepSummaries({&in, 1}, {&request, 1}, &hidden);
     if (!summaries.ok()) return summaries.status();
-    return sampler.SampleFromSummary((*summaries)[0]);
+    int32_t token = 0;
+    if (sampler.SampleFromSummary((*summaries)[0], &token)) return token;
+    // A nucleus wider than the summary: the whole row, from the same hidden state.
+    auto logits = engine.Logits(hidden, 1);
+    if (!logits.ok()) return logits.status();
+    return sampler.Sample(*logits, history);
   }
   auto logits = engine.Step({&in, 1});
   if (!logits.ok()) return logits.status();

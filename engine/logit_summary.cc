@@ -111,6 +111,7 @@ LogitRowSummary SummarizeLogitRow(absl::Span<const float> row, const LogitRowReq
       s.best = BestEntries(prepared.data(), row.data(), n, k, true);
     }
   }
+  if (request.total_mass) s.total_mass = WholeRowTotalMass(row, request);
   if (request.draw) {
     s.drawn = DrawFromWholeRow(row, request);
     if (s.drawn >= 0) s.drawn_raw = row[s.drawn];

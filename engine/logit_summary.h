@@ -33,6 +33,9 @@ struct LogitRowRequest {
   double u = 0;
   float temperature = 1;
   float min_p = 0;
+  // Top-p's total weight over the whole prepared row at `temperature` (LogitRowSummary::total_mass):
+  // with `best` entries, what a top-p sampler without top-k needs to find its nucleus.
+  bool total_mass = false;
 };
 
 struct ScoredId {
@@ -58,6 +61,8 @@ struct LogitRowSummary {
   // the prepared row is above -inf; drawn_raw is its raw value.
   int32_t drawn = -1;
   float drawn_raw = 0;
+  // With `total_mass`: WholeRowTotalMass (engine/sampler.h) of the row.
+  double total_mass = 0;
 };
 
 // The reference: the summary of a host row. Backends without a device summary use it on their host

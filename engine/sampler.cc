@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 
@@ -125,6 +126,46 @@ void RowWeightsAndBuckets(const float* __restrict logits, int n, float max_logit
   }
 }
 
+using BucketMassArray = std::array<double, kLogBuckets>;
+
+// Top-p's mass per bucket over a whole row. Four interleaved histograms: neighbouring entries often
+// share a bucket, and a single histogram would chain every add through the same memory slot. The
+// summation order is part of the result (Sampler::SampleFromSummary replays it from a summary).
+BucketMassArray BucketMasses(const float* weights, const uint16_t* buckets, int n) {
+  std::array<BucketMassArray, 4> partial_mass{};
+  int tail = 0;
+  for (; tail + 4 <= n; tail += 4) {
+    for (int j = 0; j < 4; ++j) partial_mass[j][buckets[tail + j]] += weights[tail + j];
+  }
+  for (; tail < n; ++tail) partial_mass[0][buckets[tail]] += weights[tail];
+  BucketMassArray bucket_mass;
+  for (int b = 0; b < kLogBuckets; ++b) {
+    bucket_mass[b] = (partial_mass[0][b] + partial_mass[1][b]) + (partial_mass[2][b] + partial_mass[3][b]);
+  }
+  return bucket_mass;
+}
+
+// One entry of a row that a summary holds, with its top-p weight and bucket.
+struct WeightedEntry {
+  int32_t id;
+  float logit;
+  float weight;
+  uint16_t bucket;
+};
+
+// The histogram some of a row's n entries (in id order) add to, in BucketMasses' order: a bucket whose
+// entries are all among them gets BucketMasses' mass for it exactly.
+BucketMassArray SparseBucketMasses(const std::vector<WeightedEntry>& by_id, int n) {
+  std::array<BucketMassArray, 4> partial_mass{};
+  const int whole_quads = n - n % 4;
+  for (const WeightedEntry& e : by_id) partial_mass[e.id < whole_quads ? e.id % 4 : 0][e.bucket] += e.weight;
+  BucketMassArray bucket_mass;
+  for (int b = 0; b < kLogBuckets; ++b) {
+    bucket_mass[b] = (partial_mass[0][b] + partial_mass[1][b]) + (partial_mass[2][b] + partial_mass[3][b]);
+  }
+  return bucket_mass;
+}
+
 // out[i] = in[i], with NaN replaced by -inf. Written for GCC's -O2 vectoriser, which only takes a
 // fixed-length inner loop over restrict pointers with a quiet NaN test; this row pass is most of
 // the cost of greedy decoding over a 262,144-entry vocabulary.
@@ -139,11 +180,8 @@ void CopyReplacingNaN(const float* __restrict in, float* __restrict out, int n) 
   for (; i < n; ++i) out[i] = std::isnan(in[i]) ? kNegInf : in[i];
 }
 
-}  // namespace
-
-int32_t DrawFromWholeRow(absl::Span<const float> row, const LogitRowRequest& request) {
-  // Sampler::PrepareLogits, Filter's whole-vocabulary path without top-p, then Draw: the same steps on
-  // the same functions, so a host summary's draw is Sample()'s token bit for bit.
+// Sampler::PrepareLogits for a row and a summary request: NaN and banned ids to -inf, the penalty.
+std::vector<float> PreparedRow(absl::Span<const float> row, const LogitRowRequest& request) {
   const int n = static_cast<int>(row.size());
   std::vector<float> prepared(static_cast<size_t>(n));
   CopyReplacingNaN(row.data(), prepared.data(), n);
@@ -157,6 +195,16 @@ int32_t DrawFromWholeRow(absl::Span<const float> row, const LogitRowRequest& req
       v = v > 0 ? v / request.repetition_penalty : v * request.repetition_penalty;
     }
   }
+  return prepared;
+}
+
+}  // namespace
+
+int32_t DrawFromWholeRow(absl::Span<const float> row, const LogitRowRequest& request) {
+  // Sampler::PrepareLogits, Filter's whole-vocabulary path without top-p, then Draw: the same steps on
+  // the same functions, so a host summary's draw is Sample()'s token bit for bit.
+  const int n = static_cast<int>(row.size());
+  const std::vector<float> prepared = PreparedRow(row, request);
   float max_logit = kNegInf;
   for (float v : prepared) max_logit = std::max(max_logit, v);
   if (max_logit == kNegInf) return -1;
@@ -178,6 +226,21 @@ int32_t DrawFromWholeRow(absl::Span<const float> row, const LogitRowRequest& req
     if (point < cumulative) return i;
   }
   return last;
+}
+
+double WholeRowTotalMass(absl::Span<const float> row, const LogitRowRequest& request) {
+  const int n = static_cast<int>(row.size());
+  const std::vector<float> prepared = PreparedRow(row, request);
+  float max_logit = kNegInf;
+  for (float v : prepared) max_logit = std::max(max_logit, v);
+  if (max_logit == kNegInf) return 0;
+  std::vector<float> weights(static_cast<size_t>(n));
+  std::vector<uint16_t> buckets(static_cast<size_t>(n));
+  RowWeightsAndBuckets(prepared.data(), n, max_logit, 1.0f / request.temperature, weights.data(), buckets.data());
+  const BucketMassArray bucket_mass = BucketMasses(weights.data(), buckets.data(), n);
+  double total = 0;
+  for (int b = 0; b < kLogBuckets; ++b) total += bucket_mass[b];
+  return total;
 }
 
 absl::Status ValidateSamplingParams(const SamplingParams& p) {
@@ -371,20 +434,8 @@ size_t Sampler::Filter(int n) {
   RowWeightsAndBuckets(work_.data(), n, max_logit, inv_t, row_weights_.data(), row_buckets_.data());
   const float* weights = row_weights_.data();
   const uint16_t* buckets = row_buckets_.data();
-  // Four interleaved histograms: neighbouring entries often share a bucket, and a single histogram
-  // would chain every add through the same memory slot.
-  std::array<std::array<double, kLogBuckets>, 4> partial_mass{};
-  int tail = 0;
-  for (; tail + 4 <= n; tail += 4) {
-    for (int j = 0; j < 4; ++j) partial_mass[j][buckets[tail + j]] += weights[tail + j];
-  }
-  for (; tail < n; ++tail) partial_mass[0][buckets[tail]] += weights[tail];
-  std::array<double, kLogBuckets> bucket_mass;
-  for (int b = 0; b < kLogBuckets; ++b) {
-    bucket_mass[b] =
-        (partial_mass[0][b] + partial_mass[1][b]) + (partial_mass[2][b] + partial_mass[3][b]);
-    total += bucket_mass[b];
-  }
+  const BucketMassArray bucket_mass = BucketMasses(weights, buckets, n);
+  for (int b = 0; b < kLogBuckets; ++b) total += bucket_mass[b];
   const double target = static_cast<double>(params_.top_p) * total;
   double mass_above = 0;
   int boundary = kLogBuckets - 1;
@@ -439,7 +490,11 @@ bool Sampler::WholeRowDraw() const {
   return params_.temperature > 0 && (params_.top_k <= 0 || params_.top_k >= vocab_size_) && params_.top_p >= 1.0f;
 }
 
-bool Sampler::UsesSummary() const { return BestNeeded(kMaxSummaryBest) > 0 || WholeRowDraw(); }
+bool Sampler::Nucleus() const {
+  return params_.temperature > 0 && (params_.top_k <= 0 || params_.top_k >= vocab_size_) && params_.top_p < 1.0f;
+}
+
+bool Sampler::UsesSummary() const { return BestNeeded(kMaxSummaryBest) > 0 || WholeRowDraw() || Nucleus(); }
 
 bool Sampler::FillRequest(absl::Span<const int32_t> history, LogitRowRequest* request,
                           std::vector<int32_t>* penalized) {
@@ -449,11 +504,11 @@ bool Sampler::FillRequest(absl::Span<const int32_t> history, LogitRowRequest* re
   request->repetition_penalty = params_.repetition_penalty;
   request->penalized_ids = *penalized;
   request->draw = WholeRowDraw();
-  if (request->draw) {
-    request->u = PeekUniform();
-    request->temperature = params_.temperature;
-    request->min_p = params_.min_p;
-  }
+  request->total_mass = Nucleus();
+  request->temperature = params_.temperature;
+  request->min_p = params_.min_p;
+  if (request->draw) request->u = PeekUniform();
+  if (request->total_mass) request->best = std::min(kMaxSummaryBest, vocab_size_);
   return true;
 }
 
@@ -476,7 +531,8 @@ std::vector<int32_t> Sampler::PenalizedIds(absl::Span<const int32_t> history) {
   return ids;
 }
 
-int32_t Sampler::SampleFromSummary(const LogitRowSummary& summary) {
+bool Sampler::SampleFromSummary(const LogitRowSummary& summary, int32_t* token) {
+  if (Nucleus()) return NucleusFromSummary(summary, token);
   int32_t id = -1;
   if (WholeRowDraw()) {
     NextUniform();  // the one FillRequest handed out, as SampleFromWork draws it
@@ -493,7 +549,61 @@ int32_t Sampler::SampleFromSummary(const LogitRowSummary& summary) {
       if (size > 0) id = Draw(u, size);
     }
   }
-  return id >= 0 ? id : summary.fallback_id;
+  *token = id >= 0 ? id : summary.fallback_id;
+  return true;
+}
+
+bool Sampler::NucleusFromSummary(const LogitRowSummary& summary, int32_t* token) {
+  // Filter's top-p path, replayed on the summary's entries: the histogram of the buckets they fill
+  // completely is the whole row's, summed in the same order, and the total comes with the summary.
+  if (summary.best.empty()) {
+    NextUniform();
+    *token = summary.fallback_id;
+    return true;
+  }
+  const int n = vocab_size_;
+  const float max_logit = summary.best.front().value;
+  const float inv_t = 1.0f / params_.temperature;
+  std::vector<WeightedEntry> by_id;
+  by_id.reserve(summary.best.size());
+  for (const ScoredId& e : summary.best) {
+    const float x = LogWeight(e.value, max_logit, inv_t);
+    by_id.push_back({e.id, e.value, ExpNonPositive(x), LogBucket(x)});
+  }
+  // Entries below the last one may be missing, so its bucket and those after it are incomplete, unless
+  // the summary holds every entry above -inf (fewer than asked for).
+  const int first_incomplete =
+      summary.best.size() < static_cast<size_t>(std::min(kMaxSummaryBest, n)) ? kLogBuckets : by_id.back().bucket;
+  std::sort(by_id.begin(), by_id.end(), [](const WeightedEntry& a, const WeightedEntry& b) { return a.id < b.id; });
+  const BucketMassArray bucket_mass = SparseBucketMasses(by_id, n);
+  const double target = static_cast<double>(params_.top_p) * summary.total_mass;
+  double mass_above = 0;
+  int boundary = kLogBuckets - 1;
+  for (int b = 0; b < kLogBuckets; ++b) {
+    if (b >= first_incomplete) return false;  // the nucleus ends among entries the summary lacks
+    if (mass_above + bucket_mass[b] >= target) {
+      boundary = b;
+      break;
+    }
+    mass_above += bucket_mass[b];
+  }
+  const double u = NextUniform();
+  const double min_p = params_.min_p;
+  candidates_.clear();
+  boundary_.clear();
+  for (const WeightedEntry& e : by_id) {
+    if (e.bucket > boundary || !(e.weight > 0) || e.weight < min_p) continue;
+    (e.bucket < boundary ? candidates_ : boundary_).push_back({e.logit, e.id, e.weight});
+  }
+  std::sort(boundary_.begin(), boundary_.end(), Better());
+  double cumulative = mass_above;
+  for (const Candidate& c : boundary_) {
+    candidates_.push_back(c);
+    cumulative += c.weight;
+    if (cumulative >= target) break;
+  }
+  *token = candidates_.empty() ? summary.best.front().id : Draw(u, candidates_.size());
+  return true;
 }
 
 int32_t Sampler::Sample(absl::Span<const float> logits, absl::Span<const int32_t> history) {

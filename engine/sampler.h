@@ -43,6 +43,10 @@ absl::Status ValidateSamplingParams(const SamplingParams& params);
 // cumulative weight in id order first exceeds u times the total. -1 when nothing is above -inf.
 int32_t DrawFromWholeRow(absl::Span<const float> row, const LogitRowRequest& request);
 
+// Top-p's total over a whole row (temperature > 0, no top-k), summed as Sampler sums it: the weights of
+// DrawFromWholeRow (before min-p) over the row prepared as `request` says. 0 when nothing is above -inf.
+double WholeRowTotalMass(absl::Span<const float> row, const LogitRowRequest& request);
+
 struct TokenProbability {
   int32_t id;
   double probability;
@@ -93,8 +97,9 @@ class Sampler {
   // and top_k <= max_best; 0 when this sampler needs the whole row (plain temperature, top-p or min-p
   // without top-k, or a top_k above max_best).
   int BestNeeded(int max_best) const;
-  // Whether SampleFromSummary can serve this sampler: BestNeeded(kMaxSummaryBest) > 0, or a whole-row
-  // draw (temperature without top-k or top-p), which the summary makes for this sampler's next uniform.
+  // Whether SampleFromSummary can serve this sampler: BestNeeded(kMaxSummaryBest) > 0, a whole-row
+  // draw (temperature without top-k or top-p), which the summary makes for this sampler's next uniform,
+  // or top-p without top-k, found from the best kMaxSummaryBest entries and the row's total weight.
   bool UsesSummary() const;
   // Fills `request` for the next SampleFromSummary (false, leaving it, when UsesSummary() is false);
   // `penalized` keeps the ids request->penalized_ids points at. Draws nothing: a whole-row draw gets the
@@ -103,10 +108,12 @@ class Sampler {
   // The distinct ids of `history` in [0, vocab) that the repetition penalty touches; empty when the
   // penalty is off. What a LogitRowRequest's penalized_ids must hold.
   std::vector<int32_t> PenalizedIds(absl::Span<const int32_t> history);
-  // The token Sample() would return for the summarised row and history, advancing the RNG exactly as
-  // it would; the summary must answer the request FillRequest made (for BestNeeded() > 0, `best` holds
-  // that many better-most prepared entries, fewer only when the row has no more above -inf).
-  int32_t SampleFromSummary(const LogitRowSummary& summary);
+  // The token Sample() would return for the summarised row and history into *token, advancing the RNG
+  // exactly as it would; the summary must answer the request FillRequest made (for BestNeeded() > 0,
+  // `best` holds that many better-most prepared entries, fewer only when the row has no more above
+  // -inf). False, with nothing drawn, when top-p's nucleus reaches past the summary's best entries:
+  // then only the whole row (Sample) can say.
+  bool SampleFromSummary(const LogitRowSummary& summary, int32_t* token);
 
   // Advances the RNG as if `draws` sampled steps had run (each takes one output; see above), so a
   // sequence rebuilt elsewhere resumes the same stream. Greedy never draws, so it is unaffected.
@@ -140,6 +147,8 @@ class Sampler {
   double NextUniform();  // [0, 1) with 53 random bits.
   double PeekUniform() const;  // what NextUniform() will return, without advancing
   bool WholeRowDraw() const;   // temperature sampling over the whole row (no top-k, no top-p)
+  bool Nucleus() const;        // top-p over the whole row (no top-k)
+  bool NucleusFromSummary(const LogitRowSummary& summary, int32_t* token);
 
   SamplingParams params_;
   int vocab_size_;

@@ -199,6 +199,32 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
     rows_in.resize(static_cast<size_t>(m * H));
     for (int64_t j = 0; j < m; ++j) std::copy_n(hidden + list[b + j].row * H, H, rows_in.begin() + j * H);
   };
+  std::vector<std::vector<int32_t>> penalized;
+  std::vector<LogitRowRequest> requests;
+  std::vector<LogitRowSummary> summaries;
+  for (size_t b = 0; b < summary_uses.size(); b += kHeadRowsPerCall) {
+    const int64_t m = std::min<int64_t>(kHeadRowsPerCall, static_cast<int64_t>(summary_uses.size() - b));
+    gather(summary_uses, b, m);
+    penalized.assign(static_cast<size_t>(m), {});
+    requests.assign(static_cast<size_t>(m), {});
+    for (int64_t j = 0; j < m; ++j) {
+      const RowUse& u = summary_uses[b + j];
+      seqs[u.slice]->sampler->FillRequest(seqs[u.slice]->history, &requests[j], &penalized[j]);
+      requests[j].top_raw = frame.slices(u.slice).top_logprobs();
+    }
+    if (auto st = executor_->SummarizeLogits(rows_in.data(), requests, &summaries); !st.ok()) return st;
+    for (int64_t j = 0; j < m; ++j) {
+      const RowUse& u = summary_uses[b + j];
+      const LogitRowSummary& summary = summaries[j];
+      int32_t token = 0;
+      if (!seqs[u.slice]->sampler->SampleFromSummary(summary, &token)) {
+        uses.push_back(u);  // a nucleus wider than the summary: from the whole row, below
+        continue;
+      }
+      SetSampled(token, SummaryRawValue(summary, token), summary.log_sum_exp,
+                 TopLogprobs(summary.top_raw, summary.log_sum_exp), out[u.slice]);
+    }
+  }
   for (size_t b = 0; b < uses.size(); b += kHeadRowsPerCall) {
     const int64_t m = std::min<int64_t>(kHeadRowsPerCall, static_cast<int64_t>(uses.size() - b));
     gather(uses, b, m);
@@ -226,28 +252,6 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
     }
   }
 
-  std::vector<std::vector<int32_t>> penalized;
-  std::vector<LogitRowRequest> requests;
-  std::vector<LogitRowSummary> summaries;
-  for (size_t b = 0; b < summary_uses.size(); b += kHeadRowsPerCall) {
-    const int64_t m = std::min<int64_t>(kHeadRowsPerCall, static_cast<int64_t>(summary_uses.size() - b));
-    gather(summary_uses, b, m);
-    penalized.assign(static_cast<size_t>(m), {});
-    requests.assign(static_cast<size_t>(m), {});
-    for (int64_t j = 0; j < m; ++j) {
-      const RowUse& u = summary_uses[b + j];
-      seqs[u.slice]->sampler->FillRequest(seqs[u.slice]->history, &requests[j], &penalized[j]);
-      requests[j].top_raw = frame.slices(u.slice).top_logprobs();
-    }
-    if (auto st = executor_->SummarizeLogits(rows_in.data(), requests, &summaries); !st.ok()) return st;
-    for (int64_t j = 0; j < m; ++j) {
-      const RowUse& u = summary_uses[b + j];
-      const LogitRowSummary& summary = summaries[j];
-      const int32_t token = seqs[u.slice]->sampler->SampleFromSummary(summary);
-      SetSampled(token, SummaryRawValue(summary, token), summary.log_sum_exp,
-                 TopLogprobs(summary.top_raw, summary.log_sum_exp), out[u.slice]);
-    }
-  }
   return absl::OkStatus();
 }
 

@@ -62,7 +62,8 @@ bool Head(LayerBackend& b, const std::vector<float>& last, int64_t rows, bool on
     if (auto st = b.SummarizeLogits(last.data(), requests, &summaries); !st.ok()) {
       return std::fprintf(stderr, "%s\n", st.ToString().c_str()), false;
     }
-    for (const LogitRowSummary& s : summaries) greedy.SampleFromSummary(s);
+    int32_t token = 0;
+    for (const LogitRowSummary& s : summaries) greedy.SampleFromSummary(s, &token);
     return true;
   }
   std::vector<float> logits(rows * c.vocab_size);

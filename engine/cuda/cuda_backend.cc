@@ -799,8 +799,8 @@ absl::Status CudaBackend::SummarizeLogits(const float* hidden, absl::Span<const 
       return absl::InvalidArgumentError(
           absl::StrCat("logit request ", r, " has repetition penalty ", q.repetition_penalty));
     }
-    if (q.draw && (!(q.temperature > 0) || !std::isfinite(q.temperature) || !(q.min_p >= 0 && q.min_p < 1) ||
-                   !(q.u >= 0 && q.u < 1))) {
+    if ((q.draw || q.total_mass) && (!(q.temperature > 0) || !std::isfinite(q.temperature) ||
+                                     !(q.min_p >= 0 && q.min_p < 1) || !(q.u >= 0 && q.u < 1))) {
       return absl::InvalidArgumentError(absl::StrCat("logit request ", r, " draws with temperature ", q.temperature,
                                                      ", min_p ", q.min_p, " and u ", q.u));
     }
@@ -844,8 +844,9 @@ absl::Status CudaBackend::SummarizeLogits(const float* hidden, absl::Span<const 
     rp.penalty = q.repetition_penalty;
     rp.log_sum_exp = q.log_sum_exp ? 1 : 0;
     rp.draw = q.draw ? 1 : 0;
+    rp.total_mass = q.total_mass ? 1 : 0;
     rp.u = q.u;
-    rp.inv_temperature = q.draw ? 1.0f / q.temperature : 0.0f;
+    rp.inv_temperature = q.draw || q.total_mass ? 1.0f / q.temperature : 0.0f;
     rp.min_p = q.min_p;
     rp.penalized_begin = next;
     if (q.repetition_penalty != 1.0f) {
@@ -905,6 +906,7 @@ absl::Status CudaBackend::SummarizeLogits(const float* hidden, absl::Span<const 
       s.drawn = stats[r].drawn;
       s.drawn_raw = stats[r].drawn_raw;
     }
+    if (requests[r].total_mass) s.total_mass = stats[r].total_mass;
     if (!s.best.empty()) {  // the fallback is only part of a summary without best entries
       s.fallback_id = 0;
       s.fallback_raw = 0;

@@ -152,7 +152,8 @@ struct SummaryRowParams {
   int32_t penalized_begin, penalized_end;  // this row's ids in SummarizeParams::penalized (distinct)
   int32_t log_sum_exp;                     // 0: skip it (the stats say 0)
   int32_t draw;                            // 1: draw a token for u over the whole prepared row
-  float inv_temperature, min_p;            // the draw's
+  int32_t total_mass;                      // 1: sum the weights of the whole prepared row (top-p)
+  float inv_temperature, min_p;            // the draw's and the sum's
 };
 struct SummaryRowStats {
   double log_sum_exp;
@@ -161,6 +162,7 @@ struct SummaryRowStats {
   int32_t best_count, top_count;
   int32_t drawn;  // the draw's token, -1 when nothing is above -inf (rows with draw only)
   float drawn_raw;
+  double total_mass;  // rows with total_mass only
 };
 struct SelectedEntry {  // the layout of layerpipe::ScoredId
   int32_t id;

@@ -124,17 +124,19 @@ __device__ __forceinline__ float DrawWeight(float logit, float max_logit, float 
   return x >= -80.f ? expf(x) : 0.f;
 }
 
-// One block per row with a draw: the token whose cumulative weight, in id order over the tokens that
-// pass min-p, first exceeds u times their total (DrawFromWholeRow in engine/sampler.h). Each thread
-// sums a contiguous run of ids and one thread scans the runs in order, so the result is deterministic
-// and ordered like the host's sequential walk.
+// One block per row with a draw or a total: the token whose cumulative weight, in id order over the
+// tokens that pass min-p, first exceeds u times their total (DrawFromWholeRow in engine/sampler.h), and
+// the whole row's weight before min-p (WholeRowTotalMass). Each thread sums a contiguous run of ids and
+// one thread combines the runs in order, so the results are deterministic and the draw is ordered like
+// the host's sequential walk.
 __global__ void __launch_bounds__(kSelectThreads) DrawKernel(SummarizeParams p) {
   __shared__ double run_start[kSelectThreads];
+  __shared__ double run_all[kSelectThreads];
   __shared__ double total_share;
   __shared__ float max_share[32];
   __shared__ int last_share[32];
   const SummaryRowParams& rp = p.row_params[blockIdx.x];
-  if (rp.draw == 0) return;  // uniform over the block
+  if (rp.draw == 0 && rp.total_mass == 0) return;  // uniform over the block
   const float* row = p.prepared + int64_t(blockIdx.x) * p.vocab;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   SummaryRowStats& out = p.stats[blockIdx.x];
@@ -149,6 +151,7 @@ __global__ void __launch_bounds__(kSelectThreads) DrawKernel(SummarizeParams p) 
     if (threadIdx.x == 0) {
       out.drawn = -1;
       out.drawn_raw = 0.f;
+      out.total_mass = 0.0;
     }
     return;
   }
@@ -156,16 +159,18 @@ __global__ void __launch_bounds__(kSelectThreads) DrawKernel(SummarizeParams p) 
   const int64_t per = (p.vocab + blockDim.x - 1) / blockDim.x;
   const int64_t lo = int64_t(threadIdx.x) * per, hi = lo + per < p.vocab ? lo + per : p.vocab;
   const float inv_t = rp.inv_temperature, min_p = rp.min_p;
-  double mass = 0;
+  double mass = 0, all = 0;
   int last = -1;
   for (int64_t i = lo; i < hi; ++i) {
     const float w = DrawWeight(row[i], m, inv_t);
+    all += w;
     if (w > 0.f && w >= min_p) {
       mass += w;
       last = static_cast<int>(i);
     }
   }
   run_start[threadIdx.x] = mass;
+  run_all[threadIdx.x] = all;
   int last_all = last;
   for (int o = 16; o > 0; o >>= 1) last_all = max(last_all, __shfl_xor_sync(0xffffffffu, last_all, o));
   if (lane == 0) last_share[warp] = last_all;
@@ -178,11 +183,15 @@ __global__ void __launch_bounds__(kSelectThreads) DrawKernel(SummarizeParams p) 
       running += run;
     }
     total_share = running;
+    double whole = 0;
+    for (int t = 0; t < static_cast<int>(blockDim.x); ++t) whole += run_all[t];
+    out.total_mass = whole;
     last_all = -1;
     for (int w = 0; w < warps; ++w) last_all = max(last_all, last_share[w]);
     last_share[0] = last_all;
   }
   __syncthreads();
+  if (rp.draw == 0) return;  // uniform over the block
   const double total = total_share, point = rp.u * total;
   const double start = run_start[threadIdx.x];
   const double end = threadIdx.x + 1 < blockDim.x ? run_start[threadIdx.x + 1] : total;

@@ -5,6 +5,7 @@
 // penalty, and a checkpoint with Gemma's 262,144-id vocabulary, where the banned ids live. Label "gpu".
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -97,6 +98,7 @@ TEST_P(CudaSamplingTest, DeviceSummariesEqualTheHostSummaryOfTheDeviceLogits) {
     requests[r].u = (r + 0.5) / rows;
     requests[r].temperature = 0.5f + 0.25f * r;
     requests[r].min_p = r % 4 == 0 ? 0.0f : 0.01f;
+    requests[r].total_mass = r % 3 == 0;  // top-p's total
   }
   std::vector<float> logits(static_cast<size_t>(rows * V));
   ASSERT_TRUE(gpu_->Logits(hidden.data(), rows, logits.data()).ok());
@@ -114,6 +116,8 @@ TEST_P(CudaSamplingTest, DeviceSummariesEqualTheHostSummaryOfTheDeviceLogits) {
     // The device's e^x and the host's differ by rounding, which could move a draw only if u landed
     // within ~1e-7 of a boundary between two tokens' cumulative weights.
     EXPECT_EQ(got[r].drawn, want.drawn);
+    // Each weight is an exponential the host and the device round differently (~1e-7 relative).
+    EXPECT_NEAR(got[r].total_mass, want.total_mass, 1e-6 * std::max(1.0, want.total_mass));
     if (std::isfinite(want.log_sum_exp)) {
       EXPECT_NEAR(got[r].log_sum_exp, want.log_sum_exp, 1e-9 * std::max(1.0, std::abs(want.log_sum_exp)));
     } else {
@@ -140,7 +144,9 @@ TEST_P(CudaSamplingTest, SamplersPickTheSameTokensFromDeviceSummaries) {
         SamplingParams{.temperature = 1.5f, .top_k = kMaxSummaryBest, .min_p = 0.01f, .repetition_penalty = 1.2f,
                        .seed = 8},
         SamplingParams{.temperature = 1.0f, .seed = 9},
-        SamplingParams{.temperature = 0.7f, .min_p = 0.05f, .repetition_penalty = 1.2f, .seed = 10}}) {
+        SamplingParams{.temperature = 0.7f, .min_p = 0.05f, .repetition_penalty = 1.2f, .seed = 10},
+        SamplingParams{.temperature = 0.9f, .top_p = 0.9f, .seed = 11},
+        SamplingParams{.temperature = 1.3f, .top_p = 0.7f, .min_p = 0.01f, .repetition_penalty = 1.1f, .seed = 12}}) {
     Sampler whole(params, static_cast<int>(V)), summarised(params, static_cast<int>(V));
     // One row at a time, as a sequence's steps come: a whole-row draw uses the stream's next uniform.
     for (int r = 0; r < rows; ++r) {
@@ -149,9 +155,10 @@ TEST_P(CudaSamplingTest, SamplersPickTheSameTokensFromDeviceSummaries) {
       ASSERT_TRUE(summarised.FillRequest(history, &q, &ids));
       std::vector<LogitRowSummary> summaries;
       ASSERT_TRUE(gpu_->SummarizeLogits(hidden.data() + r * config_.hidden_size, {&q, 1}, &summaries).ok());
-      EXPECT_EQ(summarised.SampleFromSummary(summaries[0]),
-                whole.Sample({logits.data() + r * V, static_cast<size_t>(V)}, history))
-          << "row " << r << " temperature " << params.temperature;
+      const absl::Span<const float> row(logits.data() + r * V, static_cast<size_t>(V));
+      int32_t token = -1;
+      if (!summarised.SampleFromSummary(summaries[0], &token)) token = summarised.Sample(row, history);
+      EXPECT_EQ(token, whole.Sample(row, history)) << "row " << r << " temperature " << params.temperature;
     }
   }
 }

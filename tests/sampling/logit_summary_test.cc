@@ -166,7 +166,7 @@ TEST(SamplerSummary, BestNeededSaysWhichSamplersCanUseASummary) {
   EXPECT_EQ(Sampler({.temperature = 0.8f}, V).BestNeeded(kMaxSummaryBest), 0);
   EXPECT_TRUE(Sampler({.temperature = 0.8f}, V).UsesSummary());  // a whole-row draw
   EXPECT_TRUE(Sampler({.temperature = 0.8f, .min_p = 0.1f}, V).UsesSummary());
-  EXPECT_FALSE(Sampler({.temperature = 0.8f, .top_p = 0.9f}, V).UsesSummary());
+  EXPECT_TRUE(Sampler({.temperature = 0.8f, .top_p = 0.9f}, V).UsesSummary());  // a nucleus
   EXPECT_FALSE(Sampler({.temperature = 0.8f, .top_k = kMaxSummaryBest + 1}, 5000).UsesSummary());
   EXPECT_EQ(Sampler({.temperature = 0.8f, .top_p = 0.9f}, V).BestNeeded(kMaxSummaryBest), 0);
   EXPECT_EQ(Sampler({.temperature = 0.8f, .top_k = 40}, V).BestNeeded(39), 0);
@@ -184,9 +184,20 @@ TEST(SamplerSummary, PenalizedIdsAreTheDistinctIdsInTheVocabulary) {
   EXPECT_EQ(on.PenalizedIds({3}), (std::vector<int32_t>{3}));
 }
 
+// What the last stage does: the summary's token, or the whole row's when the summary cannot say (a
+// nucleus wider than it), counted in *undecided.
+int32_t PickLikeAStage(Sampler& s, const LogitRowSummary& summary, absl::Span<const float> row,
+                       absl::Span<const int32_t> history, int* undecided = nullptr) {
+  int32_t token = -1;
+  if (s.SampleFromSummary(summary, &token)) return token;
+  if (undecided != nullptr) ++*undecided;
+  return s.Sample(row, history);
+}
+
 // Two samplers with one seed: one sees whole rows, the other only summaries. Every token must agree,
 // which also shows both consume the RNG stream identically.
-void ExpectSameTokens(const SamplingParams& params, int vocab, int steps, uint64_t row_seed) {
+void ExpectSameTokens(const SamplingParams& params, int vocab, int steps, uint64_t row_seed,
+                      int* undecided = nullptr) {
   Sampler whole(params, vocab), summarised(params, vocab);
   ASSERT_TRUE(summarised.UsesSummary());
   std::mt19937_64 rng(row_seed);
@@ -199,7 +210,7 @@ void ExpectSameTokens(const SamplingParams& params, int vocab, int steps, uint64
     LogitRowRequest req;
     ASSERT_TRUE(summarised.FillRequest(history, &req, &penalized));
     const int32_t want = whole.Sample(row, history);
-    const int32_t got = summarised.SampleFromSummary(SummarizeLogitRow(row, req));
+    const int32_t got = PickLikeAStage(summarised, SummarizeLogitRow(row, req), row, history, undecided);
     ASSERT_EQ(got, want) << "step " << step;
     history.push_back(want);
   }
@@ -239,6 +250,28 @@ TEST(SamplerSummary, WholeRowDrawsGiveTheSameTokensAsTheWholeRow) {
   ExpectSameTokens({.temperature = 0.8f, .top_k = V, .seed = 5}, V, 20, 4);
 }
 
+TEST(SamplerSummary, NucleiFromSummariesGiveTheSameTokensAsTheWholeRow) {
+  // 2000 ids and summaries of the best 1024: a peaked distribution's nucleus lies inside the summary, a
+  // flat one's reaches past it, and then the whole row decides (without drawing twice).
+  int peaked_undecided = 0, flat_undecided = 0;
+  for (float top_p : {0.5f, 0.9f, 0.99f}) {
+    for (float min_p : {0.0f, 0.02f}) {
+      SCOPED_TRACE(::testing::Message() << "top_p " << top_p << " min_p " << min_p);
+      ExpectSameTokens({.temperature = 0.3f, .top_p = top_p, .min_p = min_p, .repetition_penalty = 1.2f, .seed = 3},
+                       2000, 30, 8, &peaked_undecided);
+      ExpectSameTokens({.temperature = 20.0f, .top_p = top_p, .min_p = min_p, .seed = 4}, 2000, 10, 9,
+                       &flat_undecided);
+    }
+  }
+  EXPECT_EQ(peaked_undecided, 0);
+  EXPECT_GT(flat_undecided, 0);
+  // With fewer ids than a summary holds, every nucleus is inside it.
+  int small_undecided = 0;
+  ExpectSameTokens({.temperature = 2.0f, .top_p = 0.95f, .seed = 5}, 700, 30, 10, &small_undecided);
+  EXPECT_EQ(small_undecided, 0);
+  ExpectSameTokens({.temperature = 1.0f, .top_p = 0.9f, .seed = 6}, kGemmaVocab, 6, 11);
+}
+
 TEST(SamplerSummary, FillRequestPeeksAtTheStreamAndSamplingAdvancesIt) {
   Sampler s({.temperature = 1.0f, .seed = 42}, 100);
   std::vector<int32_t> penalized;
@@ -248,14 +281,15 @@ TEST(SamplerSummary, FillRequestPeeksAtTheStreamAndSamplingAdvancesIt) {
   EXPECT_TRUE(a.draw);
   EXPECT_EQ(a.u, b.u);  // peeking twice draws nothing
   std::vector<float> row(100, 0.0f);
-  s.SampleFromSummary(SummarizeLogitRow(row, a));
+  int32_t token;
+  EXPECT_TRUE(s.SampleFromSummary(SummarizeLogitRow(row, a), &token));
   ASSERT_TRUE(s.FillRequest({}, &c, &penalized));
   EXPECT_NE(c.u, a.u);
   // Samplers a summary cannot serve say so and fill nothing.
-  Sampler nucleus({.temperature = 1.0f, .top_p = 0.9f}, 100);
+  Sampler wide_top_k({.temperature = 1.0f, .top_k = kMaxSummaryBest + 1}, 5000);
   LogitRowRequest untouched;
-  EXPECT_FALSE(nucleus.UsesSummary());
-  EXPECT_FALSE(nucleus.FillRequest({}, &untouched, &penalized));
+  EXPECT_FALSE(wide_top_k.UsesSummary());
+  EXPECT_FALSE(wide_top_k.FillRequest({}, &untouched, &penalized));
   EXPECT_FALSE(untouched.draw);
   EXPECT_EQ(untouched.best, 0);
 }
@@ -280,7 +314,8 @@ TEST(SamplerSummary, NothingAboveNegativeInfinityFallsBackLikeTheWholeRow) {
     ASSERT_TRUE(summarised.FillRequest({}, &req, &penalized));
     const LogitRowSummary s = SummarizeLogitRow(row, req);
     EXPECT_TRUE(s.best.empty());
-    const int32_t got = summarised.SampleFromSummary(s);
+    int32_t got = -1;
+    ASSERT_TRUE(summarised.SampleFromSummary(s, &got));
     EXPECT_EQ(got, whole.Sample(row, {}));
     EXPECT_EQ(got, 0);
     // The next sampled steps still agree: both consumed one draw (or none when greedy).
@@ -288,7 +323,7 @@ TEST(SamplerSummary, NothingAboveNegativeInfinityFallsBackLikeTheWholeRow) {
     std::vector<float> wide(V, -1.0f);
     std::copy(next.begin(), next.end(), wide.begin());
     ASSERT_TRUE(summarised.FillRequest({}, &req, &penalized));
-    EXPECT_EQ(summarised.SampleFromSummary(SummarizeLogitRow(wide, req)), whole.Sample(wide, {}));
+    EXPECT_EQ(PickLikeAStage(summarised, SummarizeLogitRow(wide, req), wide, {}), whole.Sample(wide, {}));
   }
 }
 
