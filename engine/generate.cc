@@ -16,7 +16,7 @@ absl::StatusOr<int32_t> NextToken(Engine& engine, const StepInput& in, Sampler& 
                                   absl::Span<const int32_t> history) {
   std::vector<int32_t> penalized;
   LogitRowRequest request;
-  if (sampler.FillRequest(history, &request, &penalized)) {
+  if (sampler.FillRequest(history, &request, &penalized, engine.executor().summarizes_on_device())) {
     request.log_sum_exp = false;  // nothing here reports log-probabilities
     std::vector<float> hidden;
     auto summaries = engine.StepSummaries({&in, 1}, {&request, 1}, &hidden);

@@ -65,6 +65,11 @@ class LayerBackend {
     return absl::OkStatus();
   }
 
+  // Whether SummarizeLogits works where the logits are (a device) rather than on host logits. A sampler
+  // whose summary may not decide (top-p's nucleus can outgrow it, and then the head runs again for the
+  // whole row) only asks for one when it does.
+  virtual bool summarizes_on_device() const { return false; }
+
   virtual const ModelWeights& weights() const = 0;
   virtual Precision precision() const = 0;
 

@@ -56,22 +56,25 @@ constexpr float kRound = 12582912.0f;
 // logit row vectorise; a libm call per entry used to dominate sampling over a full vocabulary.
 // x = k ln2 + f with integer k and |f| <= ln2 / 2 (ln2 split in two so k ln2 is exact), e^f from
 // its degree-7 Taylor series, then 2^k added to the exponent (k >= -116 keeps the result normal).
+// Every multiply-add is an explicit fused one, so the result is fixed bit for bit whatever the build's
+// contraction (GCC contracts at -O2 but not at -O0): the CUDA draw kernel (kernels_sample.cu) repeats
+// these very operations to give the same weights.
 inline float ExpNonPositive(float x) {
   constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  const float rounded = x * kLog2e + kRound;
+  const float rounded = std::fma(x, kLog2e, kRound);
   const float k = rounded - kRound;
   // Unsigned: in lanes that get masked out these bits are garbage, and must not overflow an int.
   const uint32_t k_bits = std::bit_cast<uint32_t>(rounded) - std::bit_cast<uint32_t>(kRound);
-  const float f = (x - k * kLn2Hi) - k * kLn2Lo;
+  const float f = std::fma(-k, kLn2Lo, std::fma(-k, kLn2Hi, x));
   // Horner form of 1 + f + f^2/2! + ... + f^7/7!.
   float p = 1.0f / 5040;
-  p = p * f + 1.0f / 720;
-  p = p * f + 1.0f / 120;
-  p = p * f + 1.0f / 24;
-  p = p * f + 1.0f / 6;
-  p = p * f + 1.0f / 2;
-  p = p * f + 1.0f;
-  p = p * f + 1.0f;
+  p = std::fma(p, f, 1.0f / 720);
+  p = std::fma(p, f, 1.0f / 120);
+  p = std::fma(p, f, 1.0f / 24);
+  p = std::fma(p, f, 1.0f / 6);
+  p = std::fma(p, f, 1.0f / 2);
+  p = std::fma(p, f, 1.0f);
+  p = std::fma(p, f, 1.0f);
   // Below kMinLogWeight (-inf included) the arithmetic above is garbage and is masked out.
   return KeepIf(x >= kMinLogWeight,
                 std::bit_cast<float>(std::bit_cast<uint32_t>(p) + (k_bits << 23)));
@@ -89,8 +92,8 @@ constexpr int kLogBuckets = static_cast<int>(-kMinLogWeight) * kLogBucketsPerNat
 inline uint16_t LogBucket(float log_weight) {
   // For log_weight <= 0 the sum is >= kRound, so its bits grow with -log_weight: monotone even
   // where it no longer holds an exact integer, and the min catches those cases.
-  const uint32_t band = std::bit_cast<uint32_t>(-log_weight * kLogBucketsPerNat + kRound) -
-                        std::bit_cast<uint32_t>(kRound);
+  const float sum = std::fma(-log_weight, static_cast<float>(kLogBucketsPerNat), kRound);
+  const uint32_t band = std::bit_cast<uint32_t>(sum) - std::bit_cast<uint32_t>(kRound);
   return static_cast<uint16_t>(std::min(band, static_cast<uint32_t>(kLogBuckets - 1)));
 }
 
@@ -129,8 +132,10 @@ void RowWeightsAndBuckets(const float* __restrict logits, int n, float max_logit
 using BucketMassArray = std::array<double, kLogBuckets>;
 
 // Top-p's mass per bucket over a whole row. Four interleaved histograms: neighbouring entries often
-// share a bucket, and a single histogram would chain every add through the same memory slot. The
-// summation order is part of the result (Sampler::SampleFromSummary replays it from a summary).
+// share a bucket, and a single histogram would chain every add through the same memory slot. Any
+// summation order gives the same masses: a bucket's weights lie within a factor e^(1/4) of each other,
+// so every partial sum of them (24-bit floats of at most two binades, up to 2^28 of them) is exact
+// in a double. SparseBucketMasses and the CUDA draw kernel's atomic histogram rely on that.
 BucketMassArray BucketMasses(const float* weights, const uint16_t* buckets, int n) {
   std::array<BucketMassArray, 4> partial_mass{};
   int tail = 0;
@@ -494,11 +499,13 @@ bool Sampler::Nucleus() const {
   return params_.temperature > 0 && (params_.top_k <= 0 || params_.top_k >= vocab_size_) && params_.top_p < 1.0f;
 }
 
-bool Sampler::UsesSummary() const { return BestNeeded(kMaxSummaryBest) > 0 || WholeRowDraw() || Nucleus(); }
+bool Sampler::UsesSummary(bool nucleus) const {
+  return BestNeeded(kMaxSummaryBest) > 0 || WholeRowDraw() || (nucleus && Nucleus());
+}
 
 bool Sampler::FillRequest(absl::Span<const int32_t> history, LogitRowRequest* request,
-                          std::vector<int32_t>* penalized) {
-  if (!UsesSummary()) return false;
+                          std::vector<int32_t>* penalized, bool nucleus) {
+  if (!UsesSummary(nucleus)) return false;
   *penalized = PenalizedIds(history);
   request->best = BestNeeded(kMaxSummaryBest);
   request->repetition_penalty = params_.repetition_penalty;

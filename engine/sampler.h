@@ -99,12 +99,14 @@ class Sampler {
   int BestNeeded(int max_best) const;
   // Whether SampleFromSummary can serve this sampler: BestNeeded(kMaxSummaryBest) > 0, a whole-row
   // draw (temperature without top-k or top-p), which the summary makes for this sampler's next uniform,
-  // or top-p without top-k, found from the best kMaxSummaryBest entries and the row's total weight.
-  bool UsesSummary() const;
-  // Fills `request` for the next SampleFromSummary (false, leaving it, when UsesSummary() is false);
-  // `penalized` keeps the ids request->penalized_ids points at. Draws nothing: a whole-row draw gets the
-  // uniform the stream will give next, and the stream moves on only in SampleFromSummary.
-  bool FillRequest(absl::Span<const int32_t> history, LogitRowRequest* request, std::vector<int32_t>* penalized);
+  // or, with `nucleus`, top-p without top-k, found from the best kMaxSummaryBest entries and the row's
+  // total weight (a summary that may not decide: see SampleFromSummary).
+  bool UsesSummary(bool nucleus = true) const;
+  // Fills `request` for the next SampleFromSummary (false, leaving it, when UsesSummary(nucleus) is
+  // false); `penalized` keeps the ids request->penalized_ids points at. Draws nothing: a whole-row draw
+  // gets the uniform the stream will give next, and the stream moves on only in SampleFromSummary.
+  bool FillRequest(absl::Span<const int32_t> history, LogitRowRequest* request, std::vector<int32_t>* penalized,
+                   bool nucleus = true);
   // The distinct ids of `history` in [0, vocab) that the repetition penalty touches; empty when the
   // penalty is off. What a LogitRowRequest's penalized_ids must hold.
   std::vector<int32_t> PenalizedIds(absl::Span<const int32_t> history);

@@ -184,7 +184,7 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
     if (s.sample() || all_rows) {
       out[i] = result->add_results();
       out[i]->set_seq_id(s.seq_id());
-      if (!all_rows && seq->sampler->UsesSummary()) {
+      if (!all_rows && seq->sampler->UsesSummary(executor_->summarizes_on_device())) {
         summary_uses.push_back({i, n - 1, row0 + n - 1});
       } else {
         for (int64_t r = all_rows ? 0 : n - 1; r < n; ++r) uses.push_back({i, r, row0 + r});
@@ -209,7 +209,8 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
     requests.assign(static_cast<size_t>(m), {});
     for (int64_t j = 0; j < m; ++j) {
       const RowUse& u = summary_uses[b + j];
-      seqs[u.slice]->sampler->FillRequest(seqs[u.slice]->history, &requests[j], &penalized[j]);
+      seqs[u.slice]->sampler->FillRequest(seqs[u.slice]->history, &requests[j], &penalized[j],
+                                          executor_->summarizes_on_device());
       requests[j].top_raw = frame.slices(u.slice).top_logprobs();
     }
     if (auto st = executor_->SummarizeLogits(rows_in.data(), requests, &summaries); !st.ok()) return st;

@@ -152,6 +152,7 @@ class CudaBackend final : public LayerBackend {
   absl::Status Logits(const float* hidden, int64_t rows, float* logits) override;
   absl::Status SummarizeLogits(const float* hidden, absl::Span<const LogitRowRequest> requests,
                                std::vector<LogitRowSummary>* out) override;
+  bool summarizes_on_device() const override { return true; }
   const ModelWeights& weights() const override { return w_; }
   Precision precision() const override { return precision_; }
 

@@ -16,8 +16,8 @@ namespace layerpipe {
 
 // Bumped whenever this struct, LayerBackend, SequenceState or ModelWeights change layout, so a stale
 // plugin next to a newer binary is refused instead of misread. 2: LayerBackend's device hand-off;
-// 4: LayerBackend::SummarizeLogits; 5: JoinPeerLink's PeerLinkKind.
-inline constexpr int kCudaPluginAbi = 5;
+// 4: LayerBackend::SummarizeLogits; 5: JoinPeerLink's PeerLinkKind; 6: summary draws and totals.
+inline constexpr int kCudaPluginAbi = 6;
 inline constexpr char kCudaPluginFile[] = "liblayerpipe_cuda.so";
 inline constexpr char kCudaPluginEntry[] = "layerpipe_cuda_plugin";
 

@@ -117,21 +117,53 @@ __global__ void __launch_bounds__(kSelectThreads) StatsKernel(SummarizeParams p)
   }
 }
 
-// Sampler's weight of a prepared logit: e^((logit - max) / T), exactly 1 for the maximum itself and 0
-// below e^-80 (the host evaluates the same exponential by a polynomial; they differ by rounding).
-__device__ __forceinline__ float DrawWeight(float logit, float max_logit, float inv_t) {
-  const float x = logit == max_logit ? 0.f : (logit - max_logit) * inv_t;
-  return x >= -80.f ? expf(x) : 0.f;
+// Sampler's log-weight, weight and top-p bucket of a prepared logit, computed as the host computes them
+// (LogWeight, ExpNonPositive and LogBucket in engine/sampler.cc): the same float operations in the same
+// order, every multiply-add an explicit fused one (which the host writes as std::fma) and nothing left for
+// the compiler to contract, so each weight and bucket is the host's bit for bit.
+constexpr float kRoundToInt = 12582912.0f;  // 1.5 * 2^23
+constexpr float kMinLogWeight = -80.0f;
+constexpr int kLogBuckets = 321;  // a quarter nat each down to kMinLogWeight, and one for the rest
+
+__device__ __forceinline__ float LogWeight(float logit, float max_logit, float inv_t) {
+  return logit == max_logit ? 0.f : __fmul_rn(__fsub_rn(logit, max_logit), inv_t);
+}
+
+__device__ __forceinline__ float ExpNonPositive(float x) {
+  constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  const float rounded = __fmaf_rn(x, kLog2e, kRoundToInt);
+  const float k = __fsub_rn(rounded, kRoundToInt);
+  const uint32_t k_bits = __float_as_uint(rounded) - __float_as_uint(kRoundToInt);
+  const float f = __fmaf_rn(-k, kLn2Lo, __fmaf_rn(-k, kLn2Hi, x));
+  float q = 1.0f / 5040;
+  q = __fmaf_rn(q, f, 1.0f / 720);
+  q = __fmaf_rn(q, f, 1.0f / 120);
+  q = __fmaf_rn(q, f, 1.0f / 24);
+  q = __fmaf_rn(q, f, 1.0f / 6);
+  q = __fmaf_rn(q, f, 1.0f / 2);
+  q = __fmaf_rn(q, f, 1.0f);
+  q = __fmaf_rn(q, f, 1.0f);
+  return x >= kMinLogWeight ? __uint_as_float(__float_as_uint(q) + (k_bits << 23)) : 0.f;
+}
+
+__device__ __forceinline__ int LogBucket(float x) {
+  const uint32_t band = __float_as_uint(__fmaf_rn(-x, 4.0f, kRoundToInt)) - __float_as_uint(kRoundToInt);
+  return band < kLogBuckets - 1 ? static_cast<int>(band) : kLogBuckets - 1;
 }
 
 // One block per row with a draw or a total: the token whose cumulative weight, in id order over the
 // tokens that pass min-p, first exceeds u times their total (DrawFromWholeRow in engine/sampler.h), and
-// the whole row's weight before min-p (WholeRowTotalMass). Each thread sums a contiguous run of ids and
-// one thread combines the runs in order, so the results are deterministic and the draw is ordered like
-// the host's sequential walk.
+// the whole row's weight before min-p (WholeRowTotalMass).
+//   The draw: each thread sums a contiguous run of ids and one thread combines the runs in order, so the
+//   result is deterministic and ordered like the host's sequential walk (the sums round differently, so a
+//   draw can differ from the host's only for a u within a few ulps of a boundary between two tokens).
+//   The total: a histogram of the weights by bucket, then the buckets in order, as the host sums it. A
+//   bucket's weights lie within a factor e^(1/4) of each other, so every partial sum of them is exact in a
+//   double (24-bit weights of at most two binades, up to 2^28 of them, fit 53 bits): the atomic adds'
+//   order does not matter and the total is the host's bit for bit.
 __global__ void __launch_bounds__(kSelectThreads) DrawKernel(SummarizeParams p) {
   __shared__ double run_start[kSelectThreads];
-  __shared__ double run_all[kSelectThreads];
+  __shared__ double bucket_mass[kLogBuckets];
   __shared__ double total_share;
   __shared__ float max_share[32];
   __shared__ int last_share[32];
@@ -140,6 +172,8 @@ __global__ void __launch_bounds__(kSelectThreads) DrawKernel(SummarizeParams p) 
   const float* row = p.prepared + int64_t(blockIdx.x) * p.vocab;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   SummaryRowStats& out = p.stats[blockIdx.x];
+  const bool want_total = rp.total_mass != 0;
+  for (int b = threadIdx.x; b < kLogBuckets; b += blockDim.x) bucket_mass[b] = 0.0;
 
   float m = -INFINITY;  // the prepared row holds no NaN
   for (int64_t i = threadIdx.x; i < p.vocab; i += blockDim.x) m = fmaxf(m, row[i]);
@@ -159,18 +193,18 @@ __global__ void __launch_bounds__(kSelectThreads) DrawKernel(SummarizeParams p) 
   const int64_t per = (p.vocab + blockDim.x - 1) / blockDim.x;
   const int64_t lo = int64_t(threadIdx.x) * per, hi = lo + per < p.vocab ? lo + per : p.vocab;
   const float inv_t = rp.inv_temperature, min_p = rp.min_p;
-  double mass = 0, all = 0;
+  double mass = 0;
   int last = -1;
   for (int64_t i = lo; i < hi; ++i) {
-    const float w = DrawWeight(row[i], m, inv_t);
-    all += w;
+    const float x = LogWeight(row[i], m, inv_t);
+    const float w = ExpNonPositive(x);
+    if (want_total && w > 0.f) atomicAdd(&bucket_mass[LogBucket(x)], static_cast<double>(w));
     if (w > 0.f && w >= min_p) {
       mass += w;
       last = static_cast<int>(i);
     }
   }
   run_start[threadIdx.x] = mass;
-  run_all[threadIdx.x] = all;
   int last_all = last;
   for (int o = 16; o > 0; o >>= 1) last_all = max(last_all, __shfl_xor_sync(0xffffffffu, last_all, o));
   if (lane == 0) last_share[warp] = last_all;
@@ -184,8 +218,8 @@ __global__ void __launch_bounds__(kSelectThreads) DrawKernel(SummarizeParams p) 
     }
     total_share = running;
     double whole = 0;
-    for (int t = 0; t < static_cast<int>(blockDim.x); ++t) whole += run_all[t];
-    out.total_mass = whole;
+    for (int b = 0; b < kLogBuckets; ++b) whole += bucket_mass[b];
+    out.total_mass = want_total ? whole : 0.0;
     last_all = -1;
     for (int w = 0; w < warps; ++w) last_all = max(last_all, last_share[w]);
     last_share[0] = last_all;
@@ -200,7 +234,7 @@ __global__ void __launch_bounds__(kSelectThreads) DrawKernel(SummarizeParams p) 
     double cumulative = start;
     drawn = last;  // rounding may leave the point past the walk's end: the run's last token
     for (int64_t i = lo; i < hi; ++i) {
-      const float w = DrawWeight(row[i], m, inv_t);
+      const float w = ExpNonPositive(LogWeight(row[i], m, inv_t));
       if (!(w > 0.f && w >= min_p)) continue;
       cumulative += w;
       if (point < cumulative) {

@@ -31,6 +31,10 @@ for a in "$@"; do
     *) echo "run.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
+# On the device machine $OUT comes back whole, where the command's output is cut to its last 12 KB.
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+  exec > >(tee -a "$OUT/run.log") 2>&1
+fi
 work="${LAYERPIPE_GPU_WORK:-/tmp/layerpipe_gpu}"
 build="${BUILD_DIR:-build}"
 bin="$build/bin"

@@ -272,6 +272,66 @@ TEST(SamplerSummary, NucleiFromSummariesGiveTheSameTokensAsTheWholeRow) {
   ExpectSameTokens({.temperature = 1.0f, .top_p = 0.9f, .seed = 6}, kGemmaVocab, 6, 11);
 }
 
+TEST(SamplerSummary, TopPTotalDoesNotDependOnTheOrderOfTheRow) {
+  // Each quarter-nat bucket's sum is exact, so the total is the same however a row's entries are summed:
+  // what lets the CUDA draw kernel build its histogram with atomic adds in any order. Permuting a row
+  // permutes the order in which the host adds them (and which of its interleaved histograms each lands in).
+  std::mt19937_64 rng(31);
+  const int V = 100003;  // below the banned ids, and not a multiple of 4
+  for (int kind = 0; kind < 6; ++kind) {
+    std::vector<float> row = AwkwardRow(rng, V, kind);
+    for (float temperature : {0.05f, 1.0f, 40.0f}) {
+      LogitRowRequest req{.total_mass = true};
+      req.temperature = temperature;
+      const double total = WholeRowTotalMass(row, req);
+      std::vector<float> shuffled = row;
+      for (int rep = 0; rep < 3; ++rep) {
+        std::shuffle(shuffled.begin(), shuffled.end(), rng);
+        EXPECT_EQ(WholeRowTotalMass(shuffled, req), total) << "kind " << kind << " temperature " << temperature;
+      }
+      std::reverse(shuffled.begin(), shuffled.end());
+      EXPECT_EQ(WholeRowTotalMass(shuffled, req), total) << "kind " << kind << " temperature " << temperature;
+    }
+  }
+}
+
+TEST(SamplerSummary, ANucleusInsideAPlateauCutBySummaryIsLeftToTheWholeRow) {
+  // 1500 ids share the best logit, more than a summary's 1024 best entries, and hold almost all the mass:
+  // the best bucket is incomplete, so a nucleus ending in it cannot be replayed. The sampler says so
+  // without drawing, and the whole row decides.
+  const int V = 5000;
+  std::vector<float> row(V, -3.0f);
+  for (int i = 0; i < 1500; ++i) row[(i * 7) % V] = 5.0f;
+  for (float top_p : {0.3f, 0.99f}) {
+    const SamplingParams params{.temperature = 1.0f, .top_p = top_p, .seed = 12};
+    Sampler whole(params, V), summarised(params, V);
+    for (int step = 0; step < 5; ++step) {
+      std::vector<int32_t> penalized;
+      LogitRowRequest req;
+      ASSERT_TRUE(summarised.FillRequest({}, &req, &penalized));
+      const LogitRowSummary s = SummarizeLogitRow(row, req);
+      ASSERT_EQ(s.best.size(), static_cast<size_t>(kMaxSummaryBest));
+      int32_t token = -1;
+      EXPECT_FALSE(summarised.SampleFromSummary(s, &token)) << "top_p " << top_p;
+      // Nothing was drawn: the whole row gives the token the whole-row sampler gives, step after step.
+      EXPECT_EQ(summarised.Sample(row, {}), whole.Sample(row, {})) << "top_p " << top_p << " step " << step;
+    }
+  }
+  // A plateau that fits, with the cut in a lower band: a nucleus inside the plateau is decided.
+  std::vector<float> fits(V, -3.0f);
+  for (int i = 0; i < 1000; ++i) fits[(i * 7) % V] = 5.0f;
+  const SamplingParams params{.temperature = 1.0f, .top_p = 0.9f, .seed = 13};
+  Sampler whole(params, V), summarised(params, V);
+  for (int step = 0; step < 5; ++step) {
+    std::vector<int32_t> penalized;
+    LogitRowRequest req;
+    ASSERT_TRUE(summarised.FillRequest({}, &req, &penalized));
+    int32_t token = -1;
+    ASSERT_TRUE(summarised.SampleFromSummary(SummarizeLogitRow(fits, req), &token));
+    EXPECT_EQ(token, whole.Sample(fits, {})) << "step " << step;
+  }
+}
+
 TEST(SamplerSummary, FillRequestPeeksAtTheStreamAndSamplingAdvancesIt) {
   Sampler s({.temperature = 1.0f, .seed = 42}, 100);
   std::vector<int32_t> penalized;

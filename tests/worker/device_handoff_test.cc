@@ -150,6 +150,8 @@ class FakeGpuBackend final : public LayerBackend {
   Precision precision() const override { return cpu_.precision(); }
 
   bool device_handoff() const override { return true; }
+  // Its summaries are the host's, but it takes every sampler's summary path, as a GPU stage does.
+  bool summarizes_on_device() const override { return true; }
   std::string device_uid() const override { return uid_; }
   absl::StatusOr<std::unique_ptr<DeviceRows>> ForwardToDevice(absl::Span<const SequenceSlice> slices,
                                                               const float* host_in,
@@ -240,6 +242,20 @@ TEST_F(DeviceHandoffTest, ActivationsTakeTheLinkBetweenGpuStagesAndTokensEqualTh
   EXPECT_EQ(pipe.Status(0).next_hop_transport(), "fake-link");
   EXPECT_EQ(pipe.Status(1).next_hop_transport(), "fake-link");
   EXPECT_EQ(pipe.Status(2).next_hop_transport(), "");
+}
+
+TEST_F(DeviceHandoffTest, GpuLastStagesSampleFromSummariesLikeTheEngine) {
+  // Plain temperature (a whole-row draw) and top-p (a nucleus from the best entries and the total).
+  Pipeline pipe(2, absl::Seconds(2), Devices({"gpu0", "gpu1"}));
+  pipe.Assign(dir(), {{0, 3}, {3, 5}}, "fp32");
+  auto engine = LoadEngine(dir(), Precision::kFp32);
+  uint64_t seq = 40;
+  for (const SamplingParams& p : {SamplingParams{.temperature = 1.1f, .min_p = 0.02f, .seed = 7},
+                                  SamplingParams{.temperature = 0.8f, .top_p = 0.9f, .repetition_penalty = 1.2f,
+                                                 .seed = 8}}) {
+    SCOPED_TRACE(::testing::Message() << "top_p " << p.top_p);
+    EXPECT_EQ(PipelineGenerate(pipe, ++seq, kPromptA, 10, p), EngineGenerate(*engine, kPromptA, 10, p).tokens);
+  }
 }
 
 TEST_F(DeviceHandoffTest, StagesOnOneGpuLinkAsSameDeviceAndACpuNextStageKeepsActivationsInTheFrame) {

@@ -249,6 +249,40 @@ inline Generation EngineGenerate(Engine& engine, const std::vector<int32_t>& pro
   return g;
 }
 
+// The sampling fields of a frame's slice.
+inline void SetSampling(v1::StepSlice* s, const SamplingParams& p) {
+  s->mutable_sampling()->set_temperature(p.temperature);
+  s->mutable_sampling()->set_top_k(p.top_k);
+  s->mutable_sampling()->set_top_p(p.top_p);
+  s->mutable_sampling()->set_min_p(p.min_p);
+  s->mutable_sampling()->set_repetition_penalty(p.repetition_penalty);
+  s->mutable_sampling()->set_seed(p.seed);
+}
+
+// Generates n tokens of `prompt` as sequence `seq` through the pipeline, one step per token, as the
+// coordinator would; returns the ids.
+inline std::vector<int32_t> PipelineGenerate(Pipeline& pipe, uint64_t seq, const std::vector<int32_t>& prompt, int n,
+                                             const SamplingParams& p) {
+  std::vector<int32_t> got;
+  {
+    v1::StepFrame f;
+    SetSampling(AddSlice(&f, seq, 0, prompt, true), p);
+    const v1::StepResult r = pipe.Run(f);
+    EXPECT_EQ(r.results_size(), 1) << r.error();
+    if (r.results_size() != 1) return got;
+    got.push_back(r.results(0).token());
+  }
+  while (static_cast<int>(got.size()) < n) {
+    v1::StepFrame f;
+    AddSlice(&f, seq, static_cast<int64_t>(prompt.size() + got.size() - 1), {got.back()}, true);
+    const v1::StepResult r = pipe.Run(f);
+    EXPECT_EQ(r.results_size(), 1) << r.error();
+    if (r.results_size() != 1) break;
+    got.push_back(r.results(0).token());
+  }
+  return got;
+}
+
 inline std::unique_ptr<Engine> LoadEngine(const std::string& dir, Precision p) {
   EngineOptions o;
   o.precision = p;

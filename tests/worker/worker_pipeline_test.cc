@@ -85,26 +85,7 @@ TEST_F(WorkerPipelineTest, SeededSamplingMatchesTheEngineAndResumesWithRngSkip) 
   constexpr int kTokens = 10;
   const Generation want = EngineGenerate(*engine, kPromptA, kTokens, p);
 
-  auto sampling = [&](v1::StepSlice* s) {
-    s->mutable_sampling()->set_temperature(p.temperature);
-    s->mutable_sampling()->set_top_k(p.top_k);
-    s->mutable_sampling()->set_top_p(p.top_p);
-    s->mutable_sampling()->set_repetition_penalty(p.repetition_penalty);
-    s->mutable_sampling()->set_seed(p.seed);
-  };
-  std::vector<int32_t> got;
-  {
-    v1::StepFrame f;
-    sampling(AddSlice(&f, 1, 0, kPromptA, true));
-    got.push_back(pipe.Run(f).results(0).token());
-  }
-  while (got.size() < kTokens) {
-    v1::StepFrame f;
-    AddSlice(&f, 1, kPromptA.size() + got.size() - 1, {got.back()}, true);
-    const v1::StepResult r = pipe.Run(f);
-    ASSERT_EQ(r.results_size(), 1) << r.error();
-    got.push_back(r.results(0).token());
-  }
+  const std::vector<int32_t> got = PipelineGenerate(pipe, 1, kPromptA, kTokens, p);
   EXPECT_EQ(got, want.tokens);
 
   // Replay as a new sequence: the prompt and the first 4 tokens in one slice, RNG 4 draws on.
@@ -115,7 +96,7 @@ TEST_F(WorkerPipelineTest, SeededSamplingMatchesTheEngineAndResumesWithRngSkip) 
   {
     v1::StepFrame f;
     v1::StepSlice* s = AddSlice(&f, 2, 0, replay, true);
-    sampling(s);
+    SetSampling(s, p);
     s->set_rng_skip(kKept);
     f.add_release(1);
     resumed.push_back(pipe.Run(f).results(0).token());
@@ -153,12 +134,7 @@ TEST_F(WorkerPipelineTest, SampledLogprobsAreThoseOfTheWholeRowWithOrWithoutASum
     SCOPED_TRACE(::testing::Message() << "temperature " << p.temperature << " top_k " << p.top_k);
     v1::StepFrame f;
     v1::StepSlice* s = AddSlice(&f, ++seq, 0, kPromptA, true);
-    s->mutable_sampling()->set_temperature(p.temperature);
-    s->mutable_sampling()->set_top_k(p.top_k);
-    s->mutable_sampling()->set_top_p(p.top_p);
-    s->mutable_sampling()->set_min_p(p.min_p);
-    s->mutable_sampling()->set_repetition_penalty(p.repetition_penalty);
-    s->mutable_sampling()->set_seed(p.seed);
+    SetSampling(s, p);
     s->set_top_logprobs(5);
     const v1::StepResult r = pipe.Run(f);
     ASSERT_EQ(r.results_size(), 1) << r.error();
