@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -421,6 +422,21 @@ TEST(EngineSummaries, StepSummariesEqualSummariesOfStepLogits) {
 
   const LogitRowRequest one[] = {{.best = 1}};
   EXPECT_EQ(e.StepSummaries(inputs2, one).status().code(), absl::StatusCode::kInvalidArgument);
+
+  // The kept final hidden rows give the whole rows again (what generate does when a nucleus outgrows
+  // its summary).
+  auto kv_a3 = e.NewSequence(), kv_b3 = e.NewSequence();
+  const StepInput inputs3[] = {{kv_a3.get(), a}, {kv_b3.get(), b}};
+  std::vector<float> hidden;
+  ASSERT_TRUE(e.StepSummaries(inputs3, requests, &hidden).ok());
+  ASSERT_EQ(hidden.size(), 2u * e.config().hidden_size);
+  auto again = e.Logits(hidden, 2);
+  ASSERT_TRUE(again.ok()) << again.status();
+  const size_t V = static_cast<size_t>(e.config().vocab_size);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(0, std::memcmp(again->data() + i * V, (*logits)[i].data(), V * sizeof(float))) << "input " << i;
+  }
+  EXPECT_EQ(e.Logits(hidden, 3).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
