@@ -9,8 +9,8 @@
 namespace layerpipe {
 namespace {
 
-// One step of `in` and the token `sampler` picks. When the sampler can work from a summary (greedy,
-// top-k, plain temperature) only that leaves the backend, which on a GPU keeps the 1 MiB logits row on
+// One step of `in` and the token `sampler` picks. When the sampler works from a summary
+// (Sampler::UsesSummary) only that leaves the backend, which on a GPU keeps the 1 MiB logits row on
 // the device.
 absl::StatusOr<int32_t> NextToken(Engine& engine, const StepInput& in, Sampler& sampler,
                                   absl::Span<const int32_t> history) {

@@ -65,9 +65,9 @@ class LayerBackend {
     return absl::OkStatus();
   }
 
-  // Whether SummarizeLogits works where the logits are (a device) rather than on host logits. A sampler
-  // whose summary may not decide (top-p's nucleus can outgrow it, and then the head runs again for the
-  // whole row) only asks for one when it does.
+  // Whether SummarizeLogits works where the logits are (a device) rather than on host logits. Samplers
+  // whose host summary costs more than their pass over the whole row (temperature, top-p) ask for one
+  // only when it does (Sampler::UsesSummary).
   virtual bool summarizes_on_device() const { return false; }
 
   virtual const ModelWeights& weights() const = 0;

@@ -499,13 +499,13 @@ bool Sampler::Nucleus() const {
   return params_.temperature > 0 && (params_.top_k <= 0 || params_.top_k >= vocab_size_) && params_.top_p < 1.0f;
 }
 
-bool Sampler::UsesSummary(bool nucleus) const {
-  return BestNeeded(kMaxSummaryBest) > 0 || WholeRowDraw() || (nucleus && Nucleus());
+bool Sampler::UsesSummary(bool on_device) const {
+  return BestNeeded(kMaxSummaryBest) > 0 || (on_device && (WholeRowDraw() || Nucleus()));
 }
 
 bool Sampler::FillRequest(absl::Span<const int32_t> history, LogitRowRequest* request,
-                          std::vector<int32_t>* penalized, bool nucleus) {
-  if (!UsesSummary(nucleus)) return false;
+                          std::vector<int32_t>* penalized, bool on_device) {
+  if (!UsesSummary(on_device)) return false;
   *penalized = PenalizedIds(history);
   request->best = BestNeeded(kMaxSummaryBest);
   request->repetition_penalty = params_.repetition_penalty;

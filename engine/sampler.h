@@ -97,16 +97,18 @@ class Sampler {
   // and top_k <= max_best; 0 when this sampler needs the whole row (plain temperature, top-p or min-p
   // without top-k, or a top_k above max_best).
   int BestNeeded(int max_best) const;
-  // Whether SampleFromSummary can serve this sampler: BestNeeded(kMaxSummaryBest) > 0, a whole-row
-  // draw (temperature without top-k or top-p), which the summary makes for this sampler's next uniform,
-  // or, with `nucleus`, top-p without top-k, found from the best kMaxSummaryBest entries and the row's
-  // total weight (a summary that may not decide: see SampleFromSummary).
-  bool UsesSummary(bool nucleus = true) const;
-  // Fills `request` for the next SampleFromSummary (false, leaving it, when UsesSummary(nucleus) is
+  // Whether SampleFromSummary serves this sampler for a backend that summarises on its device
+  // (`on_device`) or on the host: greedy and top-k (BestNeeded(kMaxSummaryBest) > 0) always, as a host
+  // summary is cheaper than Sample's pass too; on a device also a whole-row draw (temperature without
+  // top-k or top-p, for this sampler's next uniform) and top-p without top-k (from the best
+  // kMaxSummaryBest entries and the row's total weight; a summary that may not decide, see
+  // SampleFromSummary). On the host those two cost more than Sample itself (bench_sampling).
+  bool UsesSummary(bool on_device = true) const;
+  // Fills `request` for the next SampleFromSummary (false, leaving it, when UsesSummary(on_device) is
   // false); `penalized` keeps the ids request->penalized_ids points at. Draws nothing: a whole-row draw
   // gets the uniform the stream will give next, and the stream moves on only in SampleFromSummary.
   bool FillRequest(absl::Span<const int32_t> history, LogitRowRequest* request, std::vector<int32_t>* penalized,
-                   bool nucleus = true);
+                   bool on_device = true);
   // The distinct ids of `history` in [0, vocab) that the repetition penalty touches; empty when the
   // penalty is off. What a LogitRowRequest's penalized_ids must hold.
   std::vector<int32_t> PenalizedIds(absl::Span<const int32_t> history);

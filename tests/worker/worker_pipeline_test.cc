@@ -109,9 +109,9 @@ TEST_F(WorkerPipelineTest, SeededSamplingMatchesTheEngineAndResumesWithRngSkip) 
   EXPECT_EQ(resumed, std::vector<int32_t>(want.tokens.begin() + kKept, want.tokens.end()));
 }
 
-// The last stage answers a greedy, top-k or plain-temperature row from a logit summary (what a GPU
-// keeps on the device) and a top-p row from the whole row; either way the token's logprob and the top
-// logprobs are those of the model's full distribution.
+// A CPU last stage answers a greedy or top-k row from a logit summary and a temperature or top-p row
+// from the whole row (a GPU stage summarises those too: device_handoff_test); either way the token's
+// logprob and the top logprobs are those of the model's full distribution.
 TEST_F(WorkerPipelineTest, SampledLogprobsAreThoseOfTheWholeRowWithOrWithoutASummary) {
   Pipeline pipe(3);
   pipe.Assign(dir(), kThreeStages, "fp32");
