@@ -17,8 +17,8 @@
 
 namespace layerpipe {
 
-// Device summaries return at most this many best entries per row; a sampler that needs more (a larger
-// top_k, or no top_k at all) reads the whole row instead.
+// Device summaries return at most this many best entries per row: a larger top_k reads the whole row,
+// and a top-p nucleus that reaches past them falls back to it (Sampler::SampleFromSummary).
 inline constexpr int kMaxSummaryBest = 1024;
 
 struct LogitRowRequest {
@@ -66,7 +66,8 @@ struct LogitRowSummary {
 };
 
 // The reference: the summary of a host row. Backends without a device summary use it on their host
-// logits; device implementations must produce the same ids, values and order (log_sum_exp to rounding).
+// logits; device implementations must produce the same ids, values, order and total_mass (log_sum_exp to
+// rounding; a draw's running sums may be grouped differently).
 LogitRowSummary SummarizeLogitRow(absl::Span<const float> row, const LogitRowRequest& request);
 
 // The k better-most entries of values[0, n) (NaN read as -inf), in better order; entries equal to -inf
