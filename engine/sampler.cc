@@ -461,6 +461,11 @@ size_t Sampler::Filter(int n) {
     if (buckets[i] > boundary || !(w > 0) || w < min_p) continue;
     (buckets[i] < boundary ? candidates_ : boundary_).push_back({logits[i], i, w});
   }
+  AppendBoundaryBand(mass_above, target);
+  return candidates_.size();
+}
+
+void Sampler::AppendBoundaryBand(double mass_above, double target) {
   std::sort(boundary_.begin(), boundary_.end(), Better());
   double cumulative = mass_above;
   for (const Candidate& c : boundary_) {
@@ -468,7 +473,6 @@ size_t Sampler::Filter(int n) {
     cumulative += c.weight;
     if (cumulative >= target) break;
   }
-  return candidates_.size();
 }
 
 int32_t Sampler::SampleFromWork(int n) {
@@ -602,13 +606,7 @@ bool Sampler::NucleusFromSummary(const LogitRowSummary& summary, int32_t* token)
     if (e.bucket > boundary || !(e.weight > 0) || e.weight < min_p) continue;
     (e.bucket < boundary ? candidates_ : boundary_).push_back({e.logit, e.id, e.weight});
   }
-  std::sort(boundary_.begin(), boundary_.end(), Better());
-  double cumulative = mass_above;
-  for (const Candidate& c : boundary_) {
-    candidates_.push_back(c);
-    cumulative += c.weight;
-    if (cumulative >= target) break;
-  }
+  AppendBoundaryBand(mass_above, target);
   *token = candidates_.empty() ? summary.best.front().id : Draw(u, candidates_.size());
   return true;
 }

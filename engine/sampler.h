@@ -142,6 +142,9 @@ class Sampler {
   size_t Filter(int n);
   // The top-k branch of Filter once candidates_ holds the top-k survivors, best first.
   size_t FilterSortedTopK(float max_logit);
+  // Top-p's last step: boundary_ best first, appended to candidates_ until the mass, starting from
+  // mass_above, reaches target.
+  void AppendBoundaryBand(double mass_above, double target);
   // The candidate that the uniform draw u lands on, weighted by their weights.
   int32_t Draw(double u, size_t size) const;
   // Leaves the k best finite entries of work_ in candidates_, best first (logit descending, id
