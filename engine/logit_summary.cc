@@ -13,12 +13,6 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-struct Better {
-  bool operator()(const ScoredId& a, const ScoredId& b) const {
-    return a.value != b.value ? a.value > b.value : a.id < b.id;
-  }
-};
-
 }  // namespace
 
 std::vector<ScoredId> BestEntries(const float* values, const float* raw, int64_t n, size_t k, bool skip_neg_inf) {
@@ -30,34 +24,33 @@ std::vector<ScoredId> BestEntries(const float* values, const float* raw, int64_t
   buffer.reserve(capacity);
   bool cut = false;
   float threshold = kNegInf;
+  // Admission is v > threshold once cut, and from the start when -inf entries are left out (NaN and
+  // -inf never pass it). Most blocks then hold nothing admissible: one vectorisable test skips them.
   constexpr int64_t kBlock = 16;
-  for (int64_t i = 0; i < n; ++i) {
-    // Once cut, most blocks hold nothing above the threshold: one vectorisable test skips them (NaN
-    // and -inf never pass it, as they never pass the per-entry test below).
-    if (cut && i % kBlock == 0 && i + kBlock <= n) {
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t end = std::min(n, start + kBlock);
+    if ((cut || skip_neg_inf) && end - start == kBlock) {
       int above = 0;
-      for (int64_t j = 0; j < kBlock; ++j) above |= values[i + j] > threshold ? 1 : 0;
-      if (!above) {
-        i += kBlock - 1;
-        continue;
-      }
+      for (int64_t j = 0; j < kBlock; ++j) above |= values[start + j] > threshold ? 1 : 0;
+      if (!above) continue;
     }
-    const float v = std::isnan(values[i]) ? kNegInf : values[i];
-    if (skip_neg_inf && v == kNegInf) continue;
-    if (cut && !(v > threshold)) continue;
-    buffer.push_back({static_cast<int32_t>(i), v, raw != nullptr ? raw[i] : values[i]});
-    if (buffer.size() == capacity) {
-      std::nth_element(buffer.begin(), buffer.begin() + (k - 1), buffer.end(), Better());
-      buffer.resize(k);
-      threshold = buffer[k - 1].value;
-      cut = true;
+    for (int64_t i = start; i < end; ++i) {
+      const float v = std::isnan(values[i]) ? kNegInf : values[i];
+      if ((cut || skip_neg_inf) && !(v > threshold)) continue;
+      buffer.push_back({static_cast<int32_t>(i), v, raw != nullptr ? raw[i] : values[i]});
+      if (buffer.size() == capacity) {
+        std::nth_element(buffer.begin(), buffer.begin() + (k - 1), buffer.end(), BetterEntry);
+        buffer.resize(k);
+        threshold = buffer[k - 1].value;
+        cut = true;
+      }
     }
   }
   if (buffer.size() > k) {
-    std::nth_element(buffer.begin(), buffer.begin() + (k - 1), buffer.end(), Better());
+    std::nth_element(buffer.begin(), buffer.begin() + (k - 1), buffer.end(), BetterEntry);
     buffer.resize(k);
   }
-  std::sort(buffer.begin(), buffer.end(), Better());
+  std::sort(buffer.begin(), buffer.end(), BetterEntry);
   return buffer;
 }
 

@@ -70,6 +70,11 @@ struct LogitRowSummary {
 // rounding; a draw's running sums may be grouped differently).
 LogitRowSummary SummarizeLogitRow(absl::Span<const float> row, const LogitRowRequest& request);
 
+// The "better" order: higher value first, lower id among equal values.
+inline bool BetterEntry(const ScoredId& a, const ScoredId& b) {
+  return a.value != b.value ? a.value > b.value : a.id < b.id;
+}
+
 // The k better-most entries of values[0, n) (NaN read as -inf), in better order; entries equal to -inf
 // are left out when skip_neg_inf. `raw` fills ScoredId::raw (values itself when null).
 std::vector<ScoredId> BestEntries(const float* values, const float* raw, int64_t n, size_t k, bool skip_neg_inf);

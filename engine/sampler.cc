@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "engine/sample_weight.h"
 
 namespace layerpipe {
 namespace {
@@ -36,66 +36,10 @@ SamplingParams Sanitize(const SamplingParams& p) {
   return s;
 }
 
-// Weights are e^x for the log-weight x = (logit - max) / T <= 0. Below e^-80 a weight is taken as
-// 0: even over the whole vocabulary such weights cannot move a double total that is >= 1, nor be
-// hit by a 53-bit draw, so those tokens are not candidates at all.
-constexpr float kMinLogWeight = -80.0f;
-
-// `value` if `keep`, else +0. A select on the bits: GCC will not if-convert (and so not vectorise)
-// a float select whose arm computes something that could raise an FP exception.
-inline float KeepIf(bool keep, float value) {
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(value) & (keep ? ~0u : 0u));
-}
-
-// Adding then subtracting 1.5 * 2^23 rounds a float of magnitude < 2^22 to an integer, which can
-// then be read from the low mantissa bits: no float-to-int conversion, which would also block
-// vectorising.
-constexpr float kRound = 12582912.0f;
-
-// e^x for x <= 0 (0 below kMinLogWeight), within 1e-7 relative. Plain arithmetic, so loops over a
-// logit row vectorise; a libm call per entry used to dominate sampling over a full vocabulary.
-// x = k ln2 + f with integer k and |f| <= ln2 / 2 (ln2 split in two so k ln2 is exact), e^f from
-// its degree-7 Taylor series, then 2^k added to the exponent (k >= -116 keeps the result normal).
-// Every multiply-add is an explicit fused one, so the result is fixed bit for bit whatever the build's
-// contraction (GCC contracts at -O2 but not at -O0): the CUDA draw kernel (kernels_sample.cu) repeats
-// these very operations to give the same weights.
-inline float ExpNonPositive(float x) {
-  constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  const float rounded = std::fma(x, kLog2e, kRound);
-  const float k = rounded - kRound;
-  // Unsigned: in lanes that get masked out these bits are garbage, and must not overflow an int.
-  const uint32_t k_bits = std::bit_cast<uint32_t>(rounded) - std::bit_cast<uint32_t>(kRound);
-  const float f = std::fma(-k, kLn2Lo, std::fma(-k, kLn2Hi, x));
-  // Horner form of 1 + f + f^2/2! + ... + f^7/7!.
-  float p = 1.0f / 5040;
-  p = std::fma(p, f, 1.0f / 720);
-  p = std::fma(p, f, 1.0f / 120);
-  p = std::fma(p, f, 1.0f / 24);
-  p = std::fma(p, f, 1.0f / 6);
-  p = std::fma(p, f, 1.0f / 2);
-  p = std::fma(p, f, 1.0f);
-  p = std::fma(p, f, 1.0f);
-  // Below kMinLogWeight (-inf included) the arithmetic above is garbage and is masked out.
-  return KeepIf(x >= kMinLogWeight,
-                std::bit_cast<float>(std::bit_cast<uint32_t>(p) + (k_bits << 23)));
-}
-
-// Log-weight of one logit. The best logit gets exactly 0, also when it is +inf or 1/T overflows.
-inline float LogWeight(float logit, float max_logit, float inv_t) {
-  return KeepIf(logit != max_logit, (logit - max_logit) * inv_t);
-}
-
-// Top-p's histogram: bucket b holds log-weights within 1/8 of -b/4, i.e. bands of a quarter nat, in
-// order of decreasing weight; the last bucket also takes everything below kMinLogWeight (weight 0).
-constexpr int kLogBucketsPerNat = 4;
-constexpr int kLogBuckets = static_cast<int>(-kMinLogWeight) * kLogBucketsPerNat + 1;
-inline uint16_t LogBucket(float log_weight) {
-  // For log_weight <= 0 the sum is >= kRound, so its bits grow with -log_weight: monotone even
-  // where it no longer holds an exact integer, and the min catches those cases.
-  const float sum = std::fma(-log_weight, static_cast<float>(kLogBucketsPerNat), kRound);
-  const uint32_t band = std::bit_cast<uint32_t>(sum) - std::bit_cast<uint32_t>(kRound);
-  return static_cast<uint16_t>(std::min(band, static_cast<uint32_t>(kLogBuckets - 1)));
-}
+using sample_weight::ExpNonPositive;
+using sample_weight::kLogBuckets;
+using sample_weight::LogBucket;
+using sample_weight::LogWeight;
 
 // weights[i] (and buckets[i]) for a whole row; fixed-length inner loops over restrict pointers are
 // what GCC's -O2 vectoriser accepts.
@@ -339,42 +283,10 @@ float Sampler::MaxLogit(int n) const {
 }
 
 void Sampler::SelectTopK(int n, size_t k) {
-  // Keep a buffer of plausible candidates and, whenever it fills, cut it back to the k best; the
-  // k-th best logit then becomes an admission threshold, so almost every entry costs a single
-  // comparison. Ids arrive in increasing order, so an entry equal to the threshold loses the tie
-  // and can be skipped.
-  const size_t capacity = std::max<size_t>(4 * k, 1024);
   candidates_.clear();
-  candidates_.reserve(capacity);
-  float threshold = kNegInf;
-  const float* data = work_.data();
-  for (int start = 0; start < n; start += kBlock) {
-    const int end = std::min(n, start + kBlock);
-    // Most blocks hold nothing above the threshold: test a whole block at once (a fixed-length
-    // loop, which the compiler vectorises).
-    if (end - start == kBlock) {
-      int above = 0;
-      for (int j = 0; j < kBlock; ++j) above |= data[start + j] > threshold ? 1 : 0;
-      if (!above) continue;
-    }
-    for (int i = start; i < end; ++i) {
-      const float logit = data[i];
-      if (!(logit > threshold)) continue;
-      candidates_.push_back({logit, i, 0.0});
-      if (candidates_.size() == capacity) {
-        std::nth_element(candidates_.begin(), candidates_.begin() + (k - 1), candidates_.end(),
-                         Better());
-        candidates_.resize(k);
-        threshold = candidates_[k - 1].logit;
-      }
-    }
+  for (const ScoredId& e : BestEntries(work_.data(), nullptr, n, k, /*skip_neg_inf=*/true)) {
+    candidates_.push_back({e.value, e.id, 0.0});
   }
-  if (candidates_.size() > k) {
-    std::nth_element(candidates_.begin(), candidates_.begin() + (k - 1), candidates_.end(),
-                     Better());
-    candidates_.resize(k);
-  }
-  std::sort(candidates_.begin(), candidates_.end(), Better());
 }
 
 size_t Sampler::FilterSortedTopK(float max_logit) {

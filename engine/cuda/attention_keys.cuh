@@ -6,18 +6,11 @@
 
 #include <cstdint>
 
+#include "engine/cuda/kernels.h"
 #include "engine/cuda/kv_index.h"
 #include "engine/cuda/step_plan.h"
 
 namespace layerpipe::cuda {
-
-struct KeySource {
-  const void* k_new;  // [step rows][kv_width], KV precision
-  const void* v_new;
-  int64_t kv_width;     // kv_heads · head_dim, also the cache row width
-  const uint64_t* ptrs; // the step's block pointers
-  int64_t window;       // 0: pages; > 0: a ring of `window` slots
-};
 
 // Element pointer of key (which = 0) or value (which = 1) at position `key`, KV head offset head_off
 // (kv head · head_dim), for a slice whose block pointers start at ptrs[kv_off].

@@ -614,12 +614,11 @@ absl::Status CudaBackend::RunLayer(int l, const StepShape& shape) {
   prep.kv_bf16 = bf16;
   LP_CUDA_RETURN_IF_ERROR(LaunchQkvPrep(prep, stream_));
 
+  const KeySource kv{k_new_.get(), v_new_.get(), kw, ptrs, window};
   AttentionParams at{};
   at.q = qkv_.as<float>();
   at.q_stride = L.qkv.rows;
-  at.k_new = k_new_.get();
-  at.v_new = v_new_.get();
-  at.kv_width = kw;
+  at.kv = kv;
   at.out = attn_.get();
   at.out_bf16 = bf16;
   at.part_acc = part_acc_.as<float>();
@@ -628,9 +627,7 @@ absl::Status CudaBackend::RunLayer(int l, const StepShape& shape) {
   at.tiles = reinterpret_cast<const TileMeta*>(meta + (full ? lay.tiles_full : lay.tiles_sliding));
   at.num_tiles = full ? shape.tiles_full : shape.tiles_sliding;
   at.kv_offset = kv_offset;
-  at.ptrs = ptrs;
   at.rows = M;
-  at.window = window;
   at.heads = nh;
   at.kv_heads = kvh;
   at.head_dim = hd;
@@ -643,11 +640,7 @@ absl::Status CudaBackend::RunLayer(int l, const StepShape& shape) {
   if (!gemm_slices_.empty()) {
     GemmAttentionParams gp{};
     gp.kv_offset = kv_offset;
-    gp.k_new = k_new_.get();
-    gp.v_new = v_new_.get();
-    gp.kv_width = kw;
-    gp.ptrs = ptrs;
-    gp.window = window;
+    gp.kv = kv;
     gp.q = qkv_.as<float>();
     gp.q_stride = L.qkv.rows;
     gp.heads = nh;
@@ -663,15 +656,11 @@ absl::Status CudaBackend::RunLayer(int l, const StepShape& shape) {
   }
 
   StoreKvParams store{};
-  store.k_new = k_new_.get();
-  store.v_new = v_new_.get();
-  store.kv_width = kw;
+  store.kv = kv;
   store.slices = slices;
   store.row_slice = row_slice;
   store.kv_offset = kv_offset;
-  store.ptrs = ptrs;
   store.rows = M;
-  store.window = window;
   store.kv_bf16 = bf16;
   LP_CUDA_RETURN_IF_ERROR(LaunchStoreKv(store, stream_));
 
@@ -887,9 +876,7 @@ absl::Status CudaBackend::SummarizeLogits(const float* hidden, absl::Span<const 
     std::vector<ScoredId> v;
     v.reserve(static_cast<size_t>(n));
     for (int32_t i = 0; i < n; ++i) v.push_back({e[i].id, e[i].value, e[i].raw});
-    std::sort(v.begin(), v.end(), [](const ScoredId& a, const ScoredId& b) {
-      return a.value != b.value ? a.value > b.value : a.id < b.id;
-    });
+    std::sort(v.begin(), v.end(), BetterEntry);
     return v;
   };
   const auto* stats = reinterpret_cast<const SummaryRowStats*>(host + stats_at);

@@ -42,7 +42,6 @@ struct SlotControl {
   std::atomic<uint64_t> generation;  // bumped (release) after a new buffer's fields below are written
   cudaIpcMemHandle_t memory;
   uint64_t pointer;  // the buffer in the sender's process, for a receiver in the same process
-  uint64_t capacity;
   std::atomic<uint64_t> bytes;  // of the transfer now in the slot
 };
 
@@ -268,7 +267,7 @@ IpcPeerLink::~IpcPeerLink() {
 
 absl::Status IpcPeerLink::Fit(int s, uint64_t bytes) {
   if (capacity_[s] >= bytes) return absl::OkStatus();
-  uint64_t capacity = std::max<uint64_t>(2 * capacity_[s], (bytes + kSlotGranule - 1) / kSlotGranule * kSlotGranule);
+  const uint64_t capacity = std::max<uint64_t>(2 * capacity_[s], (bytes + kSlotGranule - 1) / kSlotGranule * kSlotGranule);
   void* buffer = nullptr;
   // cudaMalloc, not the stream-ordered pool: only cudaMalloc memory exports through cudaIpcGetMemHandle.
   LP_CUDA_RETURN_IF_ERROR(cudaMalloc(&buffer, capacity));
@@ -281,7 +280,6 @@ absl::Status IpcPeerLink::Fit(int s, uint64_t bytes) {
   buffer_[s] = buffer;
   capacity_[s] = capacity;
   slot.pointer = reinterpret_cast<uint64_t>(buffer);
-  slot.capacity = capacity;
   slot.generation.fetch_add(1, std::memory_order_release);
   return absl::OkStatus();
 }

@@ -52,15 +52,23 @@ struct QkvPrepParams {
 };
 cudaError_t LaunchQkvPrep(const QkvPrepParams& p, cudaStream_t stream);
 
+// Where a layer's keys and values are (attention_keys.cuh reads them): the step's own rows in k_new /
+// v_new, older positions in the sequences' caches through the step's block pointers.
+struct KeySource {
+  const void* k_new;     // [step rows][kv_width], KV precision
+  const void* v_new;
+  int64_t kv_width;      // kv_heads · head_dim, also the cache row width
+  const uint64_t* ptrs;  // the step's block pointers
+  int64_t window;        // 0: full attention over pages; > 0: sliding over a ring of `window` slots
+};
+
 // Causal (optionally sliding-window) GQA attention of the step's rows against their sequences' caches
 // plus the step's own new keys, score scale 1. One block per (tile, KV head · head chunk, split).
 struct AttentionParams {
+  KeySource kv;  // the layer's keys and values
   const float* q;  // [rows][q_stride], heads·hd used
   int64_t q_stride;
-  const void* k_new;  // [rows][kv_width], KV precision
-  const void* v_new;
-  int64_t kv_width;  // kv_heads · head_dim, also the cache row width
-  void* out;         // [rows][heads·hd]
+  void* out;  // [rows][heads·hd]
   bool out_bf16;
   float* part_acc;  // splits > 1: [splits][rows·heads][hd]
   float* part_ml;   // splits > 1: [splits][rows·heads][2] (running max, sum)
@@ -68,9 +76,7 @@ struct AttentionParams {
   const TileMeta* tiles;
   int num_tiles;
   const int32_t* kv_offset;  // this layer's row of the step's kv_offset table ([num_slices])
-  const uint64_t* ptrs;
   int64_t rows;
-  int64_t window;  // 0: full attention over pages; > 0: sliding over a ring of `window` slots
   int heads, kv_heads, head_dim;
   AttentionBlocking blocking;
   int splits;
@@ -83,15 +89,11 @@ cudaError_t PrepareAttentionKernels();
 
 // Copies the step's new K/V rows into the caches (only the rows a ring keeps). Run after attention.
 struct StoreKvParams {
-  const void* k_new;
-  const void* v_new;
-  int64_t kv_width;
+  KeySource kv;  // the layer's keys and values
   const SliceMeta* slices;
   const int32_t* row_slice;
   const int32_t* kv_offset;
-  const uint64_t* ptrs;
   int64_t rows;
-  int64_t window;  // 0: pages
   bool kv_bf16;
 };
 cudaError_t LaunchStoreKv(const StoreKvParams& p, cudaStream_t stream);
@@ -110,14 +112,10 @@ cudaError_t LaunchBf16ToF32(const uint16_t* src, float* dst, int64_t n, cudaStre
 // (step_plan.h: GemmQueryBlock), bf16 KV only. Queries are stacked per KV head as (head in group, row),
 // m = group · rows_pad rows, so each KV head's scores are one GEMM of its stacked queries by its keys.
 struct GemmAttentionParams {
+  KeySource kv;  // the layer's keys and values
   SliceMeta slice;
   int32_t slice_index;       // into kv_offset
   const int32_t* kv_offset;  // this layer's row of the step's kv_offset table
-  const void* k_new;
-  const void* v_new;
-  int64_t kv_width;
-  const uint64_t* ptrs;
-  int64_t window;  // 0: full attention over pages
   const float* q;  // [step rows][q_stride]
   int64_t q_stride;
   int heads, kv_heads, head_dim;

@@ -26,8 +26,7 @@ static_assert(kKeysPerTile == 32, "a tile's scores are spread one per lane");
 template <typename T>
 __device__ __forceinline__ const T* KeyRow(const AttentionParams& p, const SliceMeta& s, int32_t kv_off, int64_t key,
                                            int which, int kvh) {
-  const KeySource src{p.k_new, p.v_new, p.kv_width, p.ptrs, p.window};
-  return KeyRow<T>(src, s, kv_off, key, which, int64_t(kvh) * p.head_dim);
+  return KeyRow<T>(p.kv, s, kv_off, key, which, int64_t(kvh) * p.head_dim);
 }
 
 template <typename T>
@@ -63,7 +62,7 @@ __global__ void __launch_bounds__(kAttentionThreads) AttentionKernel(AttentionPa
     q_head[qi] = kvh * b.group + g;
     q_row[qi] = s.row0 + row;
     q_hi[qi] = s.pos0 + row;
-    q_lo[qi] = FirstVisibleKey(q_hi[qi], p.window);
+    q_lo[qi] = FirstVisibleKey(q_hi[qi], p.kv.window);
     m[qi] = -INFINITY;
     l[qi] = 0.f;
     const float* qp = p.q + q_row[qi] * p.q_stride + int64_t(q_head[qi]) * hd;
@@ -78,7 +77,7 @@ __global__ void __launch_bounds__(kAttentionThreads) AttentionKernel(AttentionPa
   const int first_row = tile.row_begin;
   const int last_row = min(tile.row_begin + b.rows_per_tile, s.n) - 1;
   int64_t kbegin, kend;
-  SplitKeyRange(FirstVisibleKey(s.pos0 + first_row, p.window), s.pos0 + last_row, p.splits, split, kKeysPerTile,
+  SplitKeyRange(FirstVisibleKey(s.pos0 + first_row, p.kv.window), s.pos0 + last_row, p.splits, split, kKeysPerTile,
                 &kbegin, &kend);
 
   constexpr int kVec = 16 / sizeof(T);  // elements per 16-byte load; head_dim is a multiple of 32
@@ -199,16 +198,16 @@ __global__ void StoreKvKernel(StoreKvParams p) {
   const int32_t si = p.row_slice[r];
   const SliceMeta s = p.slices[si];
   const int64_t i = r - s.row0;
-  const bool ring = p.window > 0;
-  if (!CacheKeepsRow(i, s.n, ring, p.window)) return;
-  const KvSlot slot = KvSlotOf(s.pos0 + i, ring, p.window);
-  T* block = reinterpret_cast<T*>(p.ptrs[p.kv_offset[si] + slot.block]);
-  T* kdst = block + KvRowOffset(slot.slot, 0, p.kv_width);
-  T* vdst = block + KvRowOffset(slot.slot, 1, p.kv_width);
-  const T* ksrc = static_cast<const T*>(p.k_new) + r * p.kv_width;
-  const T* vsrc = static_cast<const T*>(p.v_new) + r * p.kv_width;
+  const bool ring = p.kv.window > 0;
+  if (!CacheKeepsRow(i, s.n, ring, p.kv.window)) return;
+  const KvSlot slot = KvSlotOf(s.pos0 + i, ring, p.kv.window);
+  T* block = reinterpret_cast<T*>(p.kv.ptrs[p.kv_offset[si] + slot.block]);
+  T* kdst = block + KvRowOffset(slot.slot, 0, p.kv.kv_width);
+  T* vdst = block + KvRowOffset(slot.slot, 1, p.kv.kv_width);
+  const T* ksrc = static_cast<const T*>(p.kv.k_new) + r * p.kv.kv_width;
+  const T* vsrc = static_cast<const T*>(p.kv.v_new) + r * p.kv.kv_width;
   constexpr int kVec = 16 / sizeof(T);
-  for (int64_t c = int64_t(threadIdx.x) * kVec; c < p.kv_width; c += int64_t(blockDim.x) * kVec) {
+  for (int64_t c = int64_t(threadIdx.x) * kVec; c < p.kv.kv_width; c += int64_t(blockDim.x) * kVec) {
     *reinterpret_cast<uint4*>(kdst + c) = *reinterpret_cast<const uint4*>(ksrc + c);
     *reinterpret_cast<uint4*>(vdst + c) = *reinterpret_cast<const uint4*>(vsrc + c);
   }

@@ -34,7 +34,6 @@ __global__ void StageKeysKernel(GemmAttentionParams p) {
   constexpr int kVec = 8;  // bf16 per 16-byte load; head_dim is a multiple of 32
   const int vecs = hd / kVec;
   const int64_t total = int64_t(p.kv_heads) * p.keys_pad * vecs;
-  const KeySource src{p.k_new, p.v_new, p.kv_width, p.ptrs, p.window};
   const int32_t kv_off = p.kv_offset[p.slice_index];
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t g = e / (p.keys_pad * vecs), rest = e % (p.keys_pad * vecs);
@@ -43,8 +42,8 @@ __global__ void StageKeysKernel(GemmAttentionParams p) {
     uint4 kx = make_uint4(0, 0, 0, 0), vx = make_uint4(0, 0, 0, 0);
     if (kk < p.keys) {
       const int64_t key = p.key_begin + kk;
-      kx = *reinterpret_cast<const uint4*>(KeyRow<__nv_bfloat16>(src, p.slice, kv_off, key, 0, g * hd) + col);
-      vx = *reinterpret_cast<const uint4*>(KeyRow<__nv_bfloat16>(src, p.slice, kv_off, key, 1, g * hd) + col);
+      kx = *reinterpret_cast<const uint4*>(KeyRow<__nv_bfloat16>(p.kv, p.slice, kv_off, key, 0, g * hd) + col);
+      vx = *reinterpret_cast<const uint4*>(KeyRow<__nv_bfloat16>(p.kv, p.slice, kv_off, key, 1, g * hd) + col);
     }
     const int64_t at = (g * p.keys_pad + kk) * hd + col;
     *reinterpret_cast<uint4*>(p.k + at) = kx;
@@ -88,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) SoftmaxKernel(GemmAttentionParams p)
   }
   const int64_t qpos = p.slice.pos0 + p.row_begin + rr;
   // Visible keys: positions [FirstVisibleKey(qpos), qpos], i.e. this range of columns.
-  const int64_t kk_lo = FirstVisibleKey(qpos, p.window) - p.key_begin, kk_hi = qpos - p.key_begin;
+  const int64_t kk_lo = FirstVisibleKey(qpos, p.kv.window) - p.key_begin, kk_hi = qpos - p.key_begin;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   float m = -INFINITY;
   for (int64_t kk = kk_lo + threadIdx.x; kk <= kk_hi; kk += blockDim.x) m = fmaxf(m, s[kk]);

@@ -16,13 +16,18 @@ __device__ __forceinline__ float InvRms(double ss, int64_t n, double eps) {
   return static_cast<float>(1.0 / sqrt(ss / static_cast<double>(n) + eps));
 }
 
+// InvRms of a row of n values, summed over the block (every thread gets it).
+__device__ __forceinline__ float RowInvRms(const float* row, int64_t n, double eps, double* scratch) {
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += double(row[i]) * row[i];
+  return InvRms(BlockSum(ss, scratch), n, eps);
+}
+
 __global__ void RmsNormKernel(const float* x, const float* w, int64_t n, double eps, void* out, bool out_bf16) {
   __shared__ double scratch[32];
   const int64_t r = blockIdx.x;
   const float* xr = x + r * n;
-  double ss = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += double(xr[i]) * xr[i];
-  const float inv = InvRms(BlockSum(ss, scratch), n, eps);
+  const float inv = RowInvRms(xr, n, eps, scratch);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     const float v = w == nullptr ? xr[i] * inv : xr[i] * inv * w[i];
     StoreAct(out, r * n + i, v, out_bf16);
@@ -35,9 +40,7 @@ __global__ void PostAttentionKernel(const float* o, const float* post_attn, floa
   const int64_t r = blockIdx.x;
   const float* orow = o + r * n;
   float* hrow = h + r * n;
-  double ss = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += double(orow[i]) * orow[i];
-  const float inv_o = InvRms(BlockSum(ss, scratch), n, eps);
+  const float inv_o = RowInvRms(orow, n, eps, scratch);
   double hs = 0;
   // Each thread re-reads only the h elements it wrote itself, so no barrier is needed between.
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -55,9 +58,7 @@ __global__ void PostFeedforwardKernel(const float* o, const float* post_ff, floa
   const int64_t r = blockIdx.x;
   const float* orow = o + r * n;
   float* hrow = h + r * n;
-  double ss = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += double(orow[i]) * orow[i];
-  const float inv = InvRms(BlockSum(ss, scratch), n, eps);
+  const float inv = RowInvRms(orow, n, eps, scratch);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) hrow[i] = (hrow[i] + orow[i] * inv * post_ff[i]) * scalar;
 }
 

@@ -9,6 +9,7 @@
 
 #include "engine/cuda/device_common.cuh"
 #include "engine/cuda/kernels.h"
+#include "engine/sample_weight.h"
 
 namespace layerpipe::cuda {
 namespace {
@@ -117,39 +118,11 @@ __global__ void __launch_bounds__(kSelectThreads) StatsKernel(SummarizeParams p)
   }
 }
 
-// Sampler's log-weight, weight and top-p bucket of a prepared logit, computed as the host computes them
-// (LogWeight, ExpNonPositive and LogBucket in engine/sampler.cc): the same float operations in the same
-// order, every multiply-add an explicit fused one (which the host writes as std::fma) and nothing left for
-// the compiler to contract, so each weight and bucket is the host's bit for bit.
-constexpr float kRoundToInt = 12582912.0f;  // 1.5 * 2^23
-constexpr float kMinLogWeight = -80.0f;
-constexpr int kLogBuckets = 321;  // a quarter nat each down to kMinLogWeight, and one for the rest
-
-__device__ __forceinline__ float LogWeight(float logit, float max_logit, float inv_t) {
-  return logit == max_logit ? 0.f : __fmul_rn(__fsub_rn(logit, max_logit), inv_t);
-}
-
-__device__ __forceinline__ float ExpNonPositive(float x) {
-  constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  const float rounded = __fmaf_rn(x, kLog2e, kRoundToInt);
-  const float k = __fsub_rn(rounded, kRoundToInt);
-  const uint32_t k_bits = __float_as_uint(rounded) - __float_as_uint(kRoundToInt);
-  const float f = __fmaf_rn(-k, kLn2Lo, __fmaf_rn(-k, kLn2Hi, x));
-  float q = 1.0f / 5040;
-  q = __fmaf_rn(q, f, 1.0f / 720);
-  q = __fmaf_rn(q, f, 1.0f / 120);
-  q = __fmaf_rn(q, f, 1.0f / 24);
-  q = __fmaf_rn(q, f, 1.0f / 6);
-  q = __fmaf_rn(q, f, 1.0f / 2);
-  q = __fmaf_rn(q, f, 1.0f);
-  q = __fmaf_rn(q, f, 1.0f);
-  return x >= kMinLogWeight ? __uint_as_float(__float_as_uint(q) + (k_bits << 23)) : 0.f;
-}
-
-__device__ __forceinline__ int LogBucket(float x) {
-  const uint32_t band = __float_as_uint(__fmaf_rn(-x, 4.0f, kRoundToInt)) - __float_as_uint(kRoundToInt);
-  return band < kLogBuckets - 1 ? static_cast<int>(band) : kLogBuckets - 1;
-}
+// Sampler's log-weight, weight and top-p bucket of a prepared logit, the host's bit for bit.
+using sample_weight::ExpNonPositive;
+using sample_weight::kLogBuckets;
+using sample_weight::LogBucket;
+using sample_weight::LogWeight;
 
 // One block per row with a draw or a total: the token whose cumulative weight, in id order over the
 // tokens that pass min-p, first exceeds u times their total (DrawFromWholeRow in engine/sampler.h), and
