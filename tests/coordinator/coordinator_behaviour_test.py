@@ -179,7 +179,8 @@ class DrainTest(unittest.TestCase):
         CoordinatorBehaviourTest.setUpClass()
         cls.model = CoordinatorBehaviourTest.model
 
-    def start_generation(self, c, tokens):
+    def start_generation(self, c, tokens, holding_stage=None):
+        """Starts a generation and returns once a stage holds its KV: `holding_stage`, or any."""
         result = {}
 
         def run():
@@ -191,7 +192,8 @@ class DrainTest(unittest.TestCase):
         t = threading.Thread(target=run)
         t.start()
         deadline = time.time() + 30
-        while time.time() < deadline and not any(c.kv_used()):
+        held = (lambda used: used[holding_stage] > 0) if holding_stage is not None else any
+        while time.time() < deadline and not held(c.kv_used()):
             time.sleep(0.02)
         return t, result
 
@@ -217,7 +219,9 @@ class DrainTest(unittest.TestCase):
     def test_worker_sigterm_lets_its_sequences_finish_then_exits_zero(self):
         c = Cluster(self.model)
         try:
-            t, result = self.start_generation(c, 400)
+            # A drain lets finish the sequences the stage holds: stage 1 must hold this one already (a
+            # worker stopped before the first frame reaches it has nothing to wait for).
+            t, result = self.start_generation(c, 400, holding_stage=1)
             worker, address = c.workers[1]
             worker.send_signal(signal.SIGTERM)
             t.join(120)
