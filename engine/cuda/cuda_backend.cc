@@ -457,6 +457,8 @@ absl::StatusOr<std::string> CudaBackend::NewPeerLinkId() {
 absl::StatusOr<std::unique_ptr<PeerLink>> CudaBackend::JoinPeerLink(const std::string& id, int rank, PeerLinkKind kind,
                                                                     const std::atomic<bool>* give_up) {
   LP_RETURN_IF_ERROR(HandoffAvailable());
+  // Arguments first: a bad rank is the caller's mistake whichever links this plugin can make.
+  LP_RETURN_IF_ERROR(ValidatePeerLinkRank(rank));
   absl::StatusOr<PeerLinkId> parts = DecodePeerLinkId(id);
   if (!parts.ok()) return parts.status();
   if (kind == PeerLinkKind::kSameDevice) return JoinIpcLink(device_, parts->ipc_name, rank, give_up);

@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/cuda/cuda_check.h"
+#include "engine/cuda/peer_link_id.h"
 #include "engine/cuda/device_rows.h"
 #include "engine/cuda/scoped_device.h"
 #include "engine/cuda/stream.h"
@@ -468,9 +469,7 @@ std::string NewIpcLinkName() {
 
 absl::StatusOr<std::unique_ptr<PeerLink>> JoinIpcLink(int device, const std::string& name, int rank,
                                                       const std::atomic<bool>* give_up) {
-  if (rank != 0 && rank != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("peer link rank ", rank, ": 0 sends, 1 receives"));
-  }
+  LP_RETURN_IF_ERROR(ValidatePeerLinkRank(rank));
   if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos || name.size() > 200) {
     return absl::InvalidArgumentError(absl::StrCat("\"", name, "\" is not a peer link name"));
   }

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 
 #include "engine/cuda/cuda_check.h"
+#include "engine/cuda/peer_link_id.h"
 #include "engine/layer_backend.h"
 #include "engine/cuda/scoped_device.h"
 #endif
@@ -123,9 +124,7 @@ absl::StatusOr<std::unique_ptr<PeerLink>> JoinNcclLink(int device, const std::st
     return absl::InvalidArgumentError(
         absl::StrCat("a peer link id is ", sizeof(uid.internal), " bytes (an NCCL unique id), not ", id.size()));
   }
-  if (rank != 0 && rank != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("peer link rank ", rank, ": 0 sends, 1 receives"));
-  }
+  LP_RETURN_IF_ERROR(ValidatePeerLinkRank(rank));
   std::memcpy(uid.internal, id.data(), id.size());
   absl::StatusOr<std::shared_ptr<Stream>> stream = Stream::Create(device);
   if (!stream.ok()) return stream.status();

@@ -39,4 +39,9 @@ absl::StatusOr<PeerLinkId> DecodePeerLinkId(const std::string& id) {
   return parts;
 }
 
+absl::Status ValidatePeerLinkRank(int rank) {
+  if (rank == 0 || rank == 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("peer link rank ", rank, ": 0 sends, 1 receives"));
+}
+
 }  // namespace layerpipe::cuda

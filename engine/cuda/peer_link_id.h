@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace layerpipe::cuda {
@@ -18,6 +19,9 @@ struct PeerLinkId {
 std::string EncodePeerLinkId(const std::string& nccl, const std::string& ipc_name);
 // InvalidArgument for anything EncodePeerLinkId did not make.
 absl::StatusOr<PeerLinkId> DecodePeerLinkId(const std::string& id);
+
+// InvalidArgument unless rank is 0 (the sending end) or 1 (the receiving end).
+absl::Status ValidatePeerLinkRank(int rank);
 
 }  // namespace layerpipe::cuda
 

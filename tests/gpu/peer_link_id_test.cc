@@ -28,5 +28,11 @@ TEST(PeerLinkIdTest, AnythingElseIsRefused) {
   }
 }
 
+TEST(PeerLinkIdTest, OnlyRanksZeroAndOneExist) {
+  EXPECT_TRUE(ValidatePeerLinkRank(0).ok());
+  EXPECT_TRUE(ValidatePeerLinkRank(1).ok());
+  for (int bad : {-1, 2, 1 << 30}) EXPECT_EQ(ValidatePeerLinkRank(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
+}
+
 }  // namespace
 }  // namespace layerpipe::cuda

@@ -1,0 +1,64 @@
+# The CUDA backend on the CUDA emulator (tests/cuda_emu/README.md): the plugin's own sources — kernels
+# translated to host C++ by translate_cu.py — linked against an emulated CUDA runtime and cuBLASLt, and
+# the GPU tests run against it on a machine without a GPU. Needs only the toolkit's headers.
+if(LAYERPIPE_HAVE_CUDA)
+  set(LPEMU_DIR ${CMAKE_CURRENT_LIST_DIR})
+  find_package(Python3 REQUIRED COMPONENTS Interpreter)
+
+  add_library(lpemu_cudart SHARED ${LPEMU_DIR}/block_exec.cc ${LPEMU_DIR}/fiber_switch.cc ${LPEMU_DIR}/runtime.cc
+                                  ${LPEMU_DIR}/cublaslt.cc)
+  target_include_directories(lpemu_cudart PUBLIC ${PROJECT_SOURCE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
+  target_link_libraries(lpemu_cudart PRIVATE Threads::Threads)
+  set_target_properties(lpemu_cudart PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+
+  # The plugin's sources: host C++ as they are, kernels (.cu) through the translator.
+  get_target_property(lpemu_plugin_sources layerpipe_cuda SOURCES)
+  set(lpemu_sources)
+  foreach(src ${lpemu_plugin_sources})
+    get_filename_component(abs ${src} ABSOLUTE BASE_DIR ${PROJECT_SOURCE_DIR}/engine/cuda)
+    get_filename_component(name ${src} NAME_WE)
+    if(src MATCHES "\\.cu$")
+      set(out ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu/${name}.cc)
+      add_custom_command(OUTPUT ${out}
+        COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu
+        COMMAND ${Python3_EXECUTABLE} ${LPEMU_DIR}/translate_cu.py ${abs} ${out}
+        DEPENDS ${abs} ${LPEMU_DIR}/translate_cu.py
+        COMMENT "Translating ${name}.cu for the CUDA emulator")
+      list(APPEND lpemu_sources ${out})
+      set_source_files_properties(${out} PROPERTIES COMPILE_OPTIONS "-Wno-unknown-pragmas")
+    else()
+      list(APPEND lpemu_sources ${abs})
+    endif()
+  endforeach()
+
+  add_library(layerpipe_cuda_emu SHARED ${lpemu_sources})
+  set_target_properties(layerpipe_cuda_emu PROPERTIES POSITION_INDEPENDENT_CODE ON
+    LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  target_link_options(layerpipe_cuda_emu PRIVATE -Wl,--exclude-libs,ALL -Wl,--no-undefined
+    -Wl,--version-script=${PROJECT_SOURCE_DIR}/engine/cuda/plugin_exports.map)
+  target_link_libraries(layerpipe_cuda_emu PUBLIC layerpipe_engine lpemu_cudart)
+  target_compile_definitions(layerpipe_cuda_emu PRIVATE LAYERPIPE_CUDA_EMULATOR)
+
+  # The emulator's own tests, a .cu file translated like the kernels.
+  set(lpemu_self_test ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu/emulator_test.cc)
+  add_custom_command(OUTPUT ${lpemu_self_test}
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu
+    COMMAND ${Python3_EXECUTABLE} ${LPEMU_DIR}/translate_cu.py ${LPEMU_DIR}/emulator_test.cu ${lpemu_self_test}
+    DEPENDS ${LPEMU_DIR}/emulator_test.cu ${LPEMU_DIR}/translate_cu.py
+    COMMENT "Translating emulator_test.cu for the CUDA emulator")
+  add_executable(cuda_emulator_test ${lpemu_self_test})
+  target_link_libraries(cuda_emulator_test PRIVATE lpemu_cudart GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(cuda_emulator_test DISCOVERY_TIMEOUT 60 PROPERTIES LABELS emu)
+
+  # The GPU tests, unchanged, on the emulator (labelled "emu"; CI runs them).
+  foreach(name cuda_backend_test cuda_gemm_attention_test cuda_sampling_test)
+    add_executable(${name}_emu ${PROJECT_SOURCE_DIR}/tests/gpu/${name}.cc)
+    target_link_libraries(${name}_emu PRIVATE layerpipe_cuda_emu lpemu_cudart layerpipe_engine GTest::gtest
+                                              GTest::gtest_main)
+    target_compile_definitions(${name}_emu PRIVATE LAYERPIPE_CUDA_EMULATOR
+      LAYERPIPE_BIN_DIR="${CMAKE_BINARY_DIR}/bin"
+      LAYERPIPE_TOKENIZER_PATH="${LAYERPIPE_TOKENIZER_JSON}")
+    gtest_discover_tests(${name}_emu DISCOVERY_TIMEOUT 60 PROPERTIES LABELS emu)
+  endforeach()
+  target_sources(cuda_gemm_attention_test_emu PRIVATE ${PROJECT_SOURCE_DIR}/engine/cuda/step_plan.cc)
+endif()
