@@ -254,9 +254,9 @@ absl::Status CudaBackend::Init() {
   }
   for (int l = layer_begin(); l < layer_end(); ++l) {
     const int hd = cfg_.HeadDim(l);
-    if (hd % 32 != 0 || hd > kMaxHeadDim) {
-      return absl::UnimplementedError(
-          absl::StrCat("CUDA backend: layer ", l, " head_dim ", hd, " is not a multiple of 32 up to ", kMaxHeadDim));
+    if (hd % kHeadDimMultiple != 0 || hd > kMaxHeadDim) {
+      return absl::UnimplementedError(absl::StrCat("CUDA backend: layer ", l, " head_dim ", hd, " is not a multiple of ",
+                                                   kHeadDimMultiple, " up to ", kMaxHeadDim));
     }
     if (cfg_.num_heads % cfg_.KvHeads(l) != 0) {
       return absl::UnimplementedError(absl::StrCat("CUDA backend: layer ", l, " heads not a multiple of KV heads"));

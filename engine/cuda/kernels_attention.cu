@@ -43,7 +43,9 @@ __global__ void __launch_bounds__(kAttentionThreads) AttentionKernel(AttentionPa
   const int kvh = blockIdx.y / b.head_chunks, chunk = blockIdx.y % b.head_chunks;
   const int split = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int dpl = hd / 32;
+  // Lane `lane` holds dims lane + 32·i of each query and accumulator; with a head_dim that is not a
+  // multiple of 32 the last round leaves some lanes without a dim (they hold zeros).
+  auto owns = [hd, lane](int i) { return lane + 32 * i < hd; };
 
   // This warp's queries. Validity depends only on (warp, qi), so every branch on it is warp-uniform.
   bool valid[kQueriesPerWarp];
@@ -68,7 +70,7 @@ __global__ void __launch_bounds__(kAttentionThreads) AttentionKernel(AttentionPa
     const float* qp = p.q + q_row[qi] * p.q_stride + int64_t(q_head[qi]) * hd;
 #pragma unroll
     for (int i = 0; i < kMaxDimsPerLane; ++i) {
-      q[qi][i] = (valid[qi] && i < dpl) ? qp[lane + 32 * i] : 0.f;
+      q[qi][i] = (valid[qi] && owns(i)) ? qp[lane + 32 * i] : 0.f;
       acc[qi][i] = 0.f;
     }
   }
@@ -80,7 +82,7 @@ __global__ void __launch_bounds__(kAttentionThreads) AttentionKernel(AttentionPa
   SplitKeyRange(FirstVisibleKey(s.pos0 + first_row, p.kv.window), s.pos0 + last_row, p.splits, split, kKeysPerTile,
                 &kbegin, &kend);
 
-  constexpr int kVec = 16 / sizeof(T);  // elements per 16-byte load; head_dim is a multiple of 32
+  constexpr int kVec = 16 / sizeof(T);  // elements per 16-byte load; head_dim is a multiple of kHeadDimMultiple
   const int vecs_per_row = hd / kVec;
   for (int64_t t0 = kbegin; t0 < kend; t0 += kKeysPerTile) {
     __syncthreads();  // the previous tile is fully consumed
@@ -104,7 +106,7 @@ __global__ void __launch_bounds__(kAttentionThreads) AttentionKernel(AttentionPa
     for (int j = 0; j < kKeysPerTile; ++j) {
       float kreg[kMaxDimsPerLane];
 #pragma unroll
-      for (int i = 0; i < kMaxDimsPerLane; ++i) kreg[i] = i < dpl ? ToFloat(ks[j * hd + lane + 32 * i]) : 0.f;
+      for (int i = 0; i < kMaxDimsPerLane; ++i) kreg[i] = owns(i) ? ToFloat(ks[j * hd + lane + 32 * i]) : 0.f;
       const int64_t key = t0 + j;
 #pragma unroll
       for (int qi = 0; qi < kQueriesPerWarp; ++qi) {
@@ -132,7 +134,7 @@ __global__ void __launch_bounds__(kAttentionThreads) AttentionKernel(AttentionPa
     for (int j = 0; j < kKeysPerTile; ++j) {
       float vreg[kMaxDimsPerLane];
 #pragma unroll
-      for (int i = 0; i < kMaxDimsPerLane; ++i) vreg[i] = i < dpl ? ToFloat(vs[j * hd + lane + 32 * i]) : 0.f;
+      for (int i = 0; i < kMaxDimsPerLane; ++i) vreg[i] = owns(i) ? ToFloat(vs[j * hd + lane + 32 * i]) : 0.f;
 #pragma unroll
       for (int qi = 0; qi < kQueriesPerWarp; ++qi) {
         if (!valid[qi] || m[qi] == -INFINITY) continue;
@@ -152,14 +154,14 @@ __global__ void __launch_bounds__(kAttentionThreads) AttentionKernel(AttentionPa
       const float inv = 1.f / l[qi];
 #pragma unroll
       for (int i = 0; i < kMaxDimsPerLane; ++i) {
-        if (i < dpl) StoreAct(p.out, q_row[qi] * (int64_t(p.heads) * hd) + int64_t(q_head[qi]) * hd + lane + 32 * i,
+        if (owns(i)) StoreAct(p.out, q_row[qi] * (int64_t(p.heads) * hd) + int64_t(q_head[qi]) * hd + lane + 32 * i,
                               acc[qi][i] * inv, p.out_bf16);
       }
     } else {
       const int64_t entry = int64_t(split) * p.rows * p.heads + qh;
 #pragma unroll
       for (int i = 0; i < kMaxDimsPerLane; ++i) {
-        if (i < dpl) p.part_acc[entry * hd + lane + 32 * i] = acc[qi][i];
+        if (owns(i)) p.part_acc[entry * hd + lane + 32 * i] = acc[qi][i];
       }
       if (lane == 0) {
         p.part_ml[entry * 2] = m[qi];
@@ -230,7 +232,7 @@ cudaError_t PrepareAttentionKernels() {
 
 cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
   if (p.num_tiles <= 0) return cudaSuccess;
-  if (p.head_dim > kMaxHeadDim || p.head_dim % 32 != 0 || p.splits < 1 || p.splits > kMaxSplits) {
+  if (p.head_dim > kMaxHeadDim || p.head_dim % kHeadDimMultiple != 0 || p.splits < 1 || p.splits > kMaxSplits) {
     return cudaErrorInvalidValue;
   }
   const dim3 grid(static_cast<unsigned>(p.num_tiles), static_cast<unsigned>(p.kv_heads * p.blocking.head_chunks),

@@ -31,7 +31,7 @@ __device__ __forceinline__ void SplitBf16(float x, __nv_bfloat16* hi, __nv_bfloa
 // Keys and values of every KV head for the block's key range, zero past its end: k, v [kv][keys_pad][hd].
 __global__ void StageKeysKernel(GemmAttentionParams p) {
   const int hd = p.head_dim;
-  constexpr int kVec = 8;  // bf16 per 16-byte load; head_dim is a multiple of 32
+  constexpr int kVec = 8;  // bf16 per 16-byte load; head_dim is a multiple of kHeadDimMultiple
   const int vecs = hd / kVec;
   const int64_t total = int64_t(p.kv_heads) * p.keys_pad * vecs;
   const int32_t kv_off = p.kv_offset[p.slice_index];
@@ -121,7 +121,7 @@ __global__ void ScatterKernel(GemmAttentionParams p) {
 }  // namespace
 
 cudaError_t LaunchGemmAttentionStage(const GemmAttentionParams& p, cudaStream_t stream) {
-  if (p.head_dim % 32 != 0 || p.heads % p.kv_heads != 0) return cudaErrorInvalidValue;
+  if (p.head_dim % kHeadDimMultiple != 0 || p.heads % p.kv_heads != 0) return cudaErrorInvalidValue;
   StageKeysKernel<<<BlocksFor(int64_t(p.kv_heads) * p.keys_pad * (p.head_dim / 8)), kThreads, 0, stream>>>(p);
   StageQueriesKernel<<<BlocksFor(int64_t(p.heads) * p.rows_pad * p.head_dim), kThreads, 0, stream>>>(p);
   return cudaGetLastError();

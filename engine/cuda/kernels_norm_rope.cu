@@ -136,7 +136,7 @@ cudaError_t LaunchPostFeedforward(const float* o, const float* post_ff, float* h
 
 cudaError_t LaunchQkvPrep(const QkvPrepParams& p, cudaStream_t stream) {
   if (p.rows <= 0) return cudaSuccess;
-  if (p.head_dim > kMaxHeadDim || p.head_dim % 32 != 0) return cudaErrorInvalidValue;
+  if (p.head_dim > kMaxHeadDim || p.head_dim % kHeadDimMultiple != 0) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(p.rows), (p.heads + p.kv_heads + kPrepWarps - 1) / kPrepWarps);
   QkvPrepKernel<<<grid, kPrepWarps * 32, 0, stream>>>(p);
   return cudaGetLastError();

@@ -18,6 +18,8 @@ constexpr int kKeysPerTile = 32;
 constexpr int kMaxSplits = 32;
 // Largest head dimension the attention kernel keeps in registers (16 values per lane).
 constexpr int kMaxHeadDim = 512;
+// Head dims the kernels take: whole 16-byte vectors of bf16 (the K/V tile loads and stores).
+constexpr int kHeadDimMultiple = 8;
 
 struct SliceMeta {
   int64_t pos0;  // position of the slice's first new token

@@ -61,4 +61,12 @@ if(LAYERPIPE_HAVE_CUDA)
     gtest_discover_tests(${name}_emu DISCOVERY_TIMEOUT 60 PROPERTIES LABELS emu)
   endforeach()
   target_sources(cuda_gemm_attention_test_emu PRIVATE ${PROJECT_SOURCE_DIR}/engine/cuda/step_plan.cc)
+
+  # The CUDA backend against the float64 oracle, through the `layerpipe` command with the emulated
+  # plugin in place of the real one (tests/gpu/run.sh runs the same check on a GPU).
+  add_test(NAME oracle_exactness_cuda_emu
+           COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/oracle/check_engine.py --device cuda
+                   --bin ${CMAKE_BINARY_DIR}/bin --work ${CMAKE_BINARY_DIR}/test_data/oracle_cuda_emu)
+  set_tests_properties(oracle_exactness_cuda_emu PROPERTIES TIMEOUT 600 LABELS emu
+    ENVIRONMENT "LAYERPIPE_CUDA_PLUGIN=${CMAKE_BINARY_DIR}/bin/liblayerpipe_cuda_emu.so")
 endif()
