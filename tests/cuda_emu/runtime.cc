@@ -6,9 +6,14 @@
 // held to the device's limits.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -39,9 +44,16 @@ struct CUstream_st {
   std::thread worker;
 };
 
+// An event's progress: records made (at the call) and records completed (on the stream). An
+// interprocess event keeps it in a shared page that another process maps (cudaIpcOpenEventHandle).
+struct EventProgress {
+  std::atomic<uint64_t> recorded{0}, completed{0};
+};
+
 struct CUevent_st {
   unsigned flags = 0;
-  uint64_t recorded = 0, completed = 0;
+  EventProgress* progress = nullptr;
+  int fd = -1;  // the shared page's memfd (interprocess events), -1 otherwise
 };
 
 struct CUgraph_st {
@@ -64,11 +76,27 @@ constexpr int kSmCount = 132;  // an H200's
 constexpr size_t kDefaultSmem = 48 << 10;
 constexpr size_t kMaxSmemOptIn = 227 << 10;
 
-enum class Memory { kDevice, kPinned };
+// kDevice: cudaMalloc, in a memfd so that another process can map it (cudaIpcOpenMemHandle);
+// kPool: cudaMallocAsync, which CUDA does not export either; kImported: another process's kDevice.
+enum class Memory { kDevice, kPool, kImported, kPinned };
 struct Allocation {
   size_t bytes;
   Memory kind;
+  size_t mapped = 0;  // kDevice and kImported: the mapping's length
+  int fd = -1;        // kDevice: the memfd, open while the allocation lives
 };
+
+bool IsDeviceKind(Memory m) { return m != Memory::kPinned; }
+
+// The handle formats of the emulator's IPC: a process and a memfd of it.
+constexpr uint64_t kIpcMagic = 0x6c70656d75697063ull;  // "lpemuipc"
+struct IpcHandle {
+  uint64_t magic;
+  int64_t pid;
+  int64_t fd;
+  uint64_t bytes;
+};
+static_assert(sizeof(IpcHandle) <= CUDA_IPC_HANDLE_SIZE);
 
 // One lock for all of the emulator's state; work itself runs outside it.
 struct State {
@@ -89,6 +117,12 @@ State& S() {
       st->devices = std::max(1, std::atoi(env));
     }
     for (int d = 0; d < st->devices; ++d) st->pools.push_back(std::make_unique<CUmemPoolHandle_st>());
+    // Every device allocation holds a memfd open (Allocation::fd).
+    rlimit files{};
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+      files.rlim_cur = files.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &files);
+    }
     return st;
   }();
   return *s;
@@ -153,44 +187,91 @@ void WaitDone(std::unique_lock<std::mutex>& l, CUstream_st* s, uint64_t mark) {
   S().cv.wait(l, [s, mark] { return s->done >= mark; });
 }
 
-// Whether [p, p + bytes) lies inside one live allocation of `kind`.
-bool Inside(uintptr_t p, size_t bytes, Memory kind) {
+// The live allocation holding [p, p + bytes), if any (the lock held).
+const std::pair<const uintptr_t, Allocation>* Find(uintptr_t p, size_t bytes) {
   State& st = S();
-  std::lock_guard<std::mutex> l(st.mu);
   auto it = st.allocations.upper_bound(p);
-  if (it == st.allocations.begin()) return false;
+  if (it == st.allocations.begin()) return nullptr;
   --it;
-  return it->second.kind == kind && p >= it->first && p + bytes <= it->first + it->second.bytes;
+  return p >= it->first && p + bytes <= it->first + it->second.bytes ? &*it : nullptr;
 }
 
-bool IsDevice(const void* p, size_t bytes) { return Inside(reinterpret_cast<uintptr_t>(p), bytes, Memory::kDevice); }
-bool IsPinned(const void* p, size_t bytes) { return Inside(reinterpret_cast<uintptr_t>(p), bytes, Memory::kPinned); }
+bool IsDevice(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> l(S().mu);
+  const auto* a = Find(reinterpret_cast<uintptr_t>(p), bytes);
+  return a != nullptr && IsDeviceKind(a->second.kind);
+}
+
+bool IsPinned(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> l(S().mu);
+  const auto* a = Find(reinterpret_cast<uintptr_t>(p), bytes);
+  return a != nullptr && a->second.kind == Memory::kPinned;
+}
+
+void Register(void* p, Allocation a) {
+  std::lock_guard<std::mutex> l(S().mu);
+  S().allocations[reinterpret_cast<uintptr_t>(p)] = a;
+}
 
 void* Allocate(size_t bytes, Memory kind) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
-  void* p = std::aligned_alloc(256, rounded);
-  if (p == nullptr) return nullptr;
+  void* p = nullptr;
+  Allocation a{bytes, kind};
+  if (kind == Memory::kDevice) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    a.mapped = (rounded + page - 1) / page * page;
+    a.fd = memfd_create("lpemu-device", MFD_CLOEXEC);
+    if (a.fd < 0) return nullptr;
+    if (ftruncate(a.fd, static_cast<off_t>(a.mapped)) != 0 ||
+        (p = mmap(nullptr, a.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0)) == MAP_FAILED) {
+      close(a.fd);
+      return nullptr;
+    }
+  } else {
+    p = std::aligned_alloc(256, rounded);
+    if (p == nullptr) return nullptr;
+  }
   // Fresh device memory is undefined: all-ones bytes read as NaN, so a read before any write shows.
-  if (kind == Memory::kDevice) std::memset(p, 0xFF, rounded);
-  State& st = S();
-  std::lock_guard<std::mutex> l(st.mu);
-  st.allocations[reinterpret_cast<uintptr_t>(p)] = {bytes, kind};
+  if (kind != Memory::kPinned) std::memset(p, 0xFF, rounded);
+  Register(p, a);
   return p;
 }
 
-cudaError_t Release(void* p, Memory kind) {
+// Frees an allocation of one of `kinds`; anything else is cudaErrorInvalidValue.
+cudaError_t Release(void* p, std::initializer_list<Memory> kinds) {
   if (p == nullptr) return cudaSuccess;
-  State& st = S();
+  Allocation a;
   {
-    std::lock_guard<std::mutex> l(st.mu);
-    auto it = st.allocations.find(reinterpret_cast<uintptr_t>(p));
-    if (it == st.allocations.end() || it->second.kind != kind) return Fail(cudaErrorInvalidValue);
-    // Poisoned before it goes back to the heap: a kernel still reading it gets NaN, not old values.
-    std::memset(p, 0xFF, it->second.bytes);
-    st.allocations.erase(it);
+    std::lock_guard<std::mutex> l(S().mu);
+    auto it = S().allocations.find(reinterpret_cast<uintptr_t>(p));
+    if (it == S().allocations.end() || std::find(kinds.begin(), kinds.end(), it->second.kind) == kinds.end()) {
+      return Fail(cudaErrorInvalidValue);
+    }
+    a = it->second;
+    S().allocations.erase(it);
   }
-  std::free(p);
+  switch (a.kind) {
+    case Memory::kDevice:
+      // Poisoned first: a kernel still reading it, here or in a process that mapped it, gets NaN.
+      std::memset(p, 0xFF, a.bytes);
+      munmap(p, a.mapped);
+      close(a.fd);
+      break;
+    case Memory::kImported: munmap(p, a.mapped); break;
+    case Memory::kPool:
+      std::memset(p, 0xFF, a.bytes);
+      std::free(p);
+      break;
+    case Memory::kPinned: std::free(p); break;
+  }
   return cudaSuccess;
+}
+
+// Waits until `event` has completed record `generation` (the lock held). An interprocess event may
+// be completed by another process, which cannot signal this one's condition variable: polled.
+void WaitEvent(std::unique_lock<std::mutex>& l, cudaEvent_t event, uint64_t generation) {
+  EventProgress* p = event->progress;
+  while (p->completed.load() < generation) S().cv.wait_for(l, std::chrono::microseconds(200));
 }
 
 // A call a capturing thread may not make (cudaStreamCaptureModeThreadLocal): it fails and the
@@ -322,6 +403,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
     case cudaErrorIllegalState: return "cudaErrorIllegalState";
     case cudaErrorPeerAccessAlreadyEnabled: return "cudaErrorPeerAccessAlreadyEnabled";
+    case cudaErrorDeviceUninitialized: return "cudaErrorDeviceUninitialized";
     default: return "cudaErrorUnknown";
   }
 }
@@ -401,7 +483,7 @@ cudaError_t cudaFree(void* p) {
   if (RefusedByCapture()) return cudaErrorStreamCaptureUnsupported;
   // cudaFree synchronizes the device first.
   cudaDeviceSynchronize();
-  return Release(p, Memory::kDevice);
+  return Release(p, {Memory::kDevice, Memory::kPool});
 }
 
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
@@ -418,7 +500,7 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags) {
 cudaError_t cudaFreeHost(void* p) {
   if (RefusedByCapture()) return cudaErrorStreamCaptureUnsupported;
   cudaDeviceSynchronize();
-  return Release(p, Memory::kPinned);
+  return Release(p, {Memory::kPinned});
 }
 
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
@@ -427,7 +509,7 @@ cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
     std::fprintf(stderr, "CUDA emulator: cudaMallocAsync during a capture is not emulated\n");
     return Fail(cudaErrorNotSupported);
   }
-  *p = Allocate(bytes, Memory::kDevice);
+  *p = Allocate(bytes, Memory::kPool);
   return *p == nullptr ? Fail(cudaErrorMemoryAllocation) : cudaSuccess;
 }
 
@@ -439,7 +521,7 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
     std::fprintf(stderr, "CUDA emulator: cudaFreeAsync during a capture is not emulated\n");
     return Fail(cudaErrorNotSupported);
   }
-  Enqueue(s, [p] { Release(p, Memory::kDevice); });
+  Enqueue(s, [p] { Release(p, {Memory::kPool, Memory::kDevice}); });
   return cudaSuccess;
 }
 
@@ -569,6 +651,19 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
   if ((flags & cudaEventInterprocess) != 0 && (flags & cudaEventDisableTiming) == 0) return Fail(cudaErrorInvalidValue);
   auto* e = new CUevent_st();
   e->flags = flags;
+  if ((flags & cudaEventInterprocess) != 0) {
+    e->fd = memfd_create("lpemu-event", MFD_CLOEXEC);
+    void* page = MAP_FAILED;
+    if (e->fd < 0 || ftruncate(e->fd, sizeof(EventProgress)) != 0 ||
+        (page = mmap(nullptr, sizeof(EventProgress), PROT_READ | PROT_WRITE, MAP_SHARED, e->fd, 0)) == MAP_FAILED) {
+      if (e->fd >= 0) close(e->fd);
+      delete e;
+      return Fail(cudaErrorMemoryAllocation);
+    }
+    e->progress = new (page) EventProgress();
+  } else {
+    e->progress = new EventProgress();
+  }
   *event = e;
   return cudaSuccess;
 }
@@ -591,12 +686,15 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   uint64_t generation;
   {
     std::lock_guard<std::mutex> l(S().mu);
-    generation = ++event->recorded;
+    generation = ++event->progress->recorded;
   }
-  Enqueue(s, [event, generation] {
+  EventProgress* progress = event->progress;
+  Enqueue(s, [progress, generation] {
     State& st = S();
     std::lock_guard<std::mutex> l(st.mu);
-    event->completed = std::max(event->completed, generation);
+    uint64_t done = progress->completed.load();
+    while (done < generation && !progress->completed.compare_exchange_weak(done, generation)) {
+    }
     st.cv.notify_all();
   });
   return cudaSuccess;
@@ -608,7 +706,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   uint64_t generation;
   {
     std::lock_guard<std::mutex> l(S().mu);
-    generation = event->recorded;  // the record most recent at this call
+    generation = event->progress->recorded.load();  // the record most recent at this call
   }
   if (s->capture != nullptr) {
     std::fprintf(stderr, "CUDA emulator: event waits inside a capture are not emulated\n");
@@ -618,9 +716,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   }
   if (generation == 0) return cudaSuccess;
   Enqueue(s, [event, generation] {
-    State& st = S();
-    std::unique_lock<std::mutex> l(st.mu);
-    st.cv.wait(l, [event, generation] { return event->completed >= generation; });
+    std::unique_lock<std::mutex> l(S().mu);
+    WaitEvent(l, event, generation);
   });
   return cudaSuccess;
 }
@@ -628,15 +725,14 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (RefusedByCapture()) return cudaErrorStreamCaptureUnsupported;
   std::lock_guard<std::mutex> l(S().mu);
-  return event->completed >= event->recorded ? cudaSuccess : cudaErrorNotReady;
+  return event->progress->completed.load() >= event->progress->recorded.load() ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (RefusedByCapture()) return cudaErrorStreamCaptureUnsupported;
   State& st = S();
   std::unique_lock<std::mutex> l(st.mu);
-  const uint64_t generation = event->recorded;
-  st.cv.wait(l, [event, generation] { return event->completed >= generation; });
+  WaitEvent(l, event, event->progress->recorded.load());
   return cudaSuccess;
 }
 
@@ -720,28 +816,79 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsi
   return cudaSuccess;
 }
 
-// IPC handles name an allocation or event of this process. The emulator shares no memory between
-// processes, so opening a handle (which a process may not do for its own) always fails.
+// IPC handles name a memfd of the exporting process (a cudaMalloc allocation, an interprocess event's
+// progress page), which another process opens through /proc. As on a GPU, a process may not open its
+// own handles, and only cudaMalloc memory (not the stream-ordered pool's) exports.
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* p) {
-  if (!IsDevice(p, 1)) return Fail(cudaErrorInvalidValue);
+  IpcHandle h{kIpcMagic, getpid(), -1, 0};
+  {
+    std::lock_guard<std::mutex> l(S().mu);
+    auto it = S().allocations.find(reinterpret_cast<uintptr_t>(p));
+    if (it == S().allocations.end() || it->second.kind != Memory::kDevice) return Fail(cudaErrorInvalidValue);
+    h.fd = it->second.fd;
+    h.bytes = it->second.mapped;
+  }
   std::memset(handle, 0, sizeof(*handle));
-  const uint64_t words[2] = {static_cast<uint64_t>(getpid()), reinterpret_cast<uint64_t>(p)};
-  std::memcpy(handle->reserved, words, sizeof(words));
+  std::memcpy(handle->reserved, &h, sizeof(h));
   return cudaSuccess;
 }
 
-cudaError_t cudaIpcOpenMemHandle(void**, cudaIpcMemHandle_t, unsigned) { return Fail(cudaErrorNotSupported); }
+namespace {
 
-cudaError_t cudaIpcCloseMemHandle(void*) { return Fail(cudaErrorInvalidValue); }
+// Maps another process's memfd named by an IPC handle; nullptr (and the error) when it cannot.
+void* OpenIpc(const char* reserved, uint64_t min_bytes, cudaError_t* error) {
+  IpcHandle h;
+  std::memcpy(&h, reserved, sizeof(h));
+  *error = cudaErrorInvalidValue;
+  if (h.magic != kIpcMagic || h.bytes < min_bytes) return nullptr;
+  if (h.pid == getpid()) {
+    *error = cudaErrorDeviceUninitialized;  // CUDA refuses a process its own handles
+    return nullptr;
+  }
+  const std::string path = "/proc/" + std::to_string(h.pid) + "/fd/" + std::to_string(h.fd);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  void* p = mmap(nullptr, h.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return nullptr;
+  *error = cudaSuccess;
+  return p;
+}
+
+}  // namespace
+
+cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t handle, unsigned flags) {
+  if (flags != cudaIpcMemLazyEnablePeerAccess) return Fail(cudaErrorInvalidValue);
+  cudaError_t e;
+  *p = OpenIpc(handle.reserved, 1, &e);
+  if (*p == nullptr) return Fail(e);
+  IpcHandle h;
+  std::memcpy(&h, handle.reserved, sizeof(h));
+  Allocation a{h.bytes, Memory::kImported};
+  a.mapped = h.bytes;
+  Register(*p, a);
+  return cudaSuccess;
+}
+
+cudaError_t cudaIpcCloseMemHandle(void* p) { return Release(p, {Memory::kImported}); }
 
 cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t* handle, cudaEvent_t event) {
-  if ((event->flags & cudaEventInterprocess) == 0) return Fail(cudaErrorInvalidResourceHandle);
+  if ((event->flags & cudaEventInterprocess) == 0 || event->fd < 0) return Fail(cudaErrorInvalidResourceHandle);
+  const IpcHandle h{kIpcMagic, getpid(), event->fd, sizeof(EventProgress)};
   std::memset(handle, 0, sizeof(*handle));
-  const uint64_t words[2] = {static_cast<uint64_t>(getpid()), reinterpret_cast<uint64_t>(event)};
-  std::memcpy(handle->reserved, words, sizeof(words));
+  std::memcpy(handle->reserved, &h, sizeof(h));
   return cudaSuccess;
 }
 
-cudaError_t cudaIpcOpenEventHandle(cudaEvent_t*, cudaIpcEventHandle_t) { return Fail(cudaErrorNotSupported); }
+cudaError_t cudaIpcOpenEventHandle(cudaEvent_t* event, cudaIpcEventHandle_t handle) {
+  cudaError_t e;
+  void* page = OpenIpc(handle.reserved, sizeof(EventProgress), &e);
+  if (page == nullptr) return Fail(e);
+  auto* ev = new CUevent_st();
+  ev->flags = cudaEventDisableTiming | cudaEventInterprocess;
+  ev->progress = static_cast<EventProgress*>(page);
+  *event = ev;
+  return cudaSuccess;
+}
 
 }  // extern "C"

@@ -9,6 +9,14 @@ if(LAYERPIPE_HAVE_CUDA)
                                   ${LPEMU_DIR}/cublaslt.cc)
   target_include_directories(lpemu_cudart PUBLIC ${PROJECT_SOURCE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(lpemu_cudart PRIVATE Threads::Threads)
+  # NCCL's header comes with the toolkit on the machine image; with it the emulated plugin has peer
+  # links across devices, as the real one has with NCCL.
+  find_path(LPEMU_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  if(LPEMU_NCCL_INCLUDE_DIR)
+    target_sources(lpemu_cudart PRIVATE ${LPEMU_DIR}/nccl.cc)
+    target_include_directories(lpemu_cudart PUBLIC ${LPEMU_NCCL_INCLUDE_DIR})
+    set(LPEMU_NCCL_DEFINITION LAYERPIPE_HAVE_NCCL)
+  endif()
   set_target_properties(lpemu_cudart PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 
   # The plugin's sources: host C++ as they are, kernels (.cu) through the translator.
@@ -37,7 +45,7 @@ if(LAYERPIPE_HAVE_CUDA)
   target_link_options(layerpipe_cuda_emu PRIVATE -Wl,--exclude-libs,ALL -Wl,--no-undefined
     -Wl,--version-script=${PROJECT_SOURCE_DIR}/engine/cuda/plugin_exports.map)
   target_link_libraries(layerpipe_cuda_emu PUBLIC layerpipe_engine lpemu_cudart)
-  target_compile_definitions(layerpipe_cuda_emu PRIVATE LAYERPIPE_CUDA_EMULATOR)
+  target_compile_definitions(layerpipe_cuda_emu PRIVATE LAYERPIPE_CUDA_EMULATOR ${LPEMU_NCCL_DEFINITION})
 
   # The emulator's own tests, a .cu file translated like the kernels.
   set(lpemu_self_test ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu/emulator_test.cc)
@@ -55,10 +63,11 @@ if(LAYERPIPE_HAVE_CUDA)
     add_executable(${name}_emu ${PROJECT_SOURCE_DIR}/tests/gpu/${name}.cc)
     target_link_libraries(${name}_emu PRIVATE layerpipe_cuda_emu lpemu_cudart layerpipe_engine GTest::gtest
                                               GTest::gtest_main)
-    target_compile_definitions(${name}_emu PRIVATE LAYERPIPE_CUDA_EMULATOR
+    target_compile_definitions(${name}_emu PRIVATE LAYERPIPE_CUDA_EMULATOR ${LPEMU_NCCL_DEFINITION}
       LAYERPIPE_BIN_DIR="${CMAKE_BINARY_DIR}/bin"
       LAYERPIPE_TOKENIZER_PATH="${LAYERPIPE_TOKENIZER_JSON}")
-    gtest_discover_tests(${name}_emu DISCOVERY_TIMEOUT 60 PROPERTIES LABELS emu)
+    # Two emulated devices, so the tests that link stages on two GPUs run too.
+    gtest_discover_tests(${name}_emu DISCOVERY_TIMEOUT 60 PROPERTIES LABELS emu ENVIRONMENT LPEMU_DEVICE_COUNT=2)
   endforeach()
   target_sources(cuda_gemm_attention_test_emu PRIVATE ${PROJECT_SOURCE_DIR}/engine/cuda/step_plan.cc)
 
@@ -68,5 +77,11 @@ if(LAYERPIPE_HAVE_CUDA)
            COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/oracle/check_engine.py --device cuda
                    --bin ${CMAKE_BINARY_DIR}/bin --work ${CMAKE_BINARY_DIR}/test_data/oracle_cuda_emu)
   set_tests_properties(oracle_exactness_cuda_emu PROPERTIES TIMEOUT 600 LABELS emu
+    ENVIRONMENT "LAYERPIPE_CUDA_PLUGIN=${CMAKE_BINARY_DIR}/bin/liblayerpipe_cuda_emu.so")
+
+  # Two GPU workers in two processes, linked by CUDA IPC (one device) and by NCCL (two devices).
+  add_test(NAME cuda_emu_cluster
+           COMMAND bash ${LPEMU_DIR}/cluster_check.sh ${CMAKE_BINARY_DIR}/bin ${CMAKE_BINARY_DIR}/test_data/cuda_emu_cluster)
+  set_tests_properties(cuda_emu_cluster PROPERTIES TIMEOUT 600 LABELS emu
     ENVIRONMENT "LAYERPIPE_CUDA_PLUGIN=${CMAKE_BINARY_DIR}/bin/liblayerpipe_cuda_emu.so")
 endif()
