@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Two GPU workers on the emulated CUDA plugin, as tests/gpu/run.sh runs them on a real GPU: both on one
-# device (their stages linked by CUDA IPC across the two processes) and on two devices (linked by NCCL).
+# device (their stages linked by CUDA IPC across the two processes), on two devices (linked by NCCL),
+# and started by mpirun (`layerpipe-mpi --device cuda`: a device per worker rank, linked by NCCL).
 # Each pipeline's greedy tokens must equal the single-process CUDA engine's and the CPU engine's.
 # usage: cluster_check.sh BIN_DIR WORK_DIR   (LAYERPIPE_CUDA_PLUGIN names the emulated plugin)
 set -euo pipefail
@@ -22,20 +23,24 @@ echo "cuda engine:  $cuda_ids"
 status=0
 [ "$cuda_ids" = "$cpu_ids" ] || { echo "FAIL: the CUDA engine's tokens differ from the CPU engine's"; status=1; }
 
-# pipeline DEVICES TRANSPORT: a two-worker cluster on DEVICES whose stage 0 must send over TRANSPORT.
+# pipeline NAME TRANSPORT COMMAND...: a two-worker pipeline whose stage 0 must send over TRANSPORT.
 pipeline() {
-  local log="$work/cluster_$2.log" got
-  got=$(timeout 300 "$bin/layerpipe" cluster --model "$model" --workers 2 --device "$1" --precision fp32 -- \
-        generate --ids $ids --max-new-tokens 24 --print-ids 2>"$log" | tail -1) || true
-  echo "pipeline $1: $got"
+  local name=$1 transport=$2 log="$work/$1.log" got
+  shift 2
+  got=$(timeout 300 "$@" -- generate --ids $ids --max-new-tokens 24 --print-ids 2>"$log" | tail -1) || true
+  echo "$name: $got"
   if [ "$got" != "$cuda_ids" ]; then
-    echo "FAIL: the pipeline on $1 gave other tokens"; tail -20 "$log"; status=1
-  elif ! grep -q "stage 0 sends activations to stage 1 over $2" "$log"; then
-    echo "FAIL: stage 0 did not link to stage 1 over $2"; grep "sends activations" "$log" || true; status=1
+    echo "FAIL: $name gave other tokens"; tail -20 "$log"; status=1
+  elif ! grep -q "stage 0 sends activations to stage 1 over $transport" "$log"; then
+    echo "FAIL: $name: stage 0 did not link to stage 1 over $transport"; grep "sends activations" "$log" || true
+    status=1
   elif grep -q "pipeline fault" "$log"; then
-    echo "FAIL: the pipeline on $1 recovered from a fault on the way"; grep "pipeline fault" "$log"; status=1
+    echo "FAIL: $name recovered from a fault on the way"; grep "pipeline fault" "$log"; status=1
   fi
 }
-pipeline cuda:0 cuda-ipc
-pipeline cuda:0,cuda:1 nccl
+cluster=("$bin/layerpipe" cluster --model "$model" --workers 2 --precision fp32)
+pipeline one_device cuda-ipc "${cluster[@]}" --device cuda:0
+pipeline two_devices nccl "${cluster[@]}" --device cuda:0,cuda:1
+pipeline mpirun nccl mpirun --allow-run-as-root --oversubscribe -np 3 -x LAYERPIPE_CUDA_PLUGIN -x LPEMU_DEVICE_COUNT \
+  "$bin/layerpipe-mpi" --model "$model" --device cuda --precision fp32
 exit $status
