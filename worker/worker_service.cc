@@ -294,16 +294,24 @@ absl::StatusOr<v1::PeerLinkReply> WorkerService::DoOpenPeerLink(const v1::PeerLi
   const PeerLinkKind kind = request.host() == host_name_ && request.device_uid() == backend->device_uid()
                                 ? PeerLinkKind::kSameDevice
                                 : PeerLinkKind::kAcrossDevices;
+  const std::string sender = FailedDeviceLinks::SenderKey(request.host(), request.device_uid());
+  if (std::optional<std::string> failed = failed_links_->Failure(sender)) {
+    reply.set_reason(absl::StrCat("a device link from stage ", stage - 1, " failed before it carried a step (",
+                                  *failed, "); activations come over the host transport"));
+    return reply;
+  }
   std::lock_guard<std::mutex> lock(a->link_mu);
   if (a->inbound.has_value()) {
     return absl::AlreadyExistsError(absl::StrCat("stage ", stage, " already has a link for epoch ", a->epoch));
   }
+  a->inbound_sender = sender;
   // Joining waits for the sender, who joins once it has this reply: in the background. The thread
   // holds the assignment so the backend stays alive however long the join takes.
   auto joined = std::make_shared<std::promise<absl::StatusOr<std::shared_ptr<PeerLink>>>>();
   a->inbound = joined->get_future().share();
-  std::thread([a, joined, kind, id = request.link_id()] {
+  std::thread([a, joined, kind, id = request.link_id(), failed_links = failed_links_, sender] {
     auto link = a->stage->backend()->JoinPeerLink(id, /*rank=*/1, kind, &a->retired);
+    if (!link.ok() && !a->retired.load(std::memory_order_acquire)) failed_links->Note(sender, link.status());
     if (link.ok()) {
       std::shared_ptr<PeerLink> shared(std::move(*link));
       {
@@ -332,7 +340,15 @@ absl::Status WorkerService::ReceiveLinked(Assignment& a, const v1::StepFrame& fr
   const absl::StatusOr<std::shared_ptr<PeerLink>>& link = a.inbound->get();  // waits for the join
   if (!link.ok()) return link.status();
   auto rows = (*link)->Receive(SentRows(frame), a.stage->shape().hidden_size);
-  if (!rows.ok()) return rows.status();
+  if (!rows.ok()) {
+    // A link that never carried a step is not tried again with this sender; one that did, failed
+    // for a reason of its own (the sender went away) and is.
+    if (!a.received_on_link && !a.retired.load(std::memory_order_acquire)) {
+      failed_links_->Note(a.inbound_sender, rows.status());
+    }
+    return rows.status();
+  }
+  a.received_on_link = true;
   a.last_linked_step = id;
   a.linked_rows[id] = std::move(*rows);
   return absl::OkStatus();

@@ -37,6 +37,7 @@
 #include "engine/layer_backend.h"
 #include "engine/weights.h"
 #include "proto/layerpipe.grpc.pb.h"
+#include "worker/failed_links.h"
 #include "worker/next_hop.h"
 #include "worker/outbox.h"
 #include "worker/stage.h"
@@ -112,6 +113,8 @@ class WorkerService final : public v1::Worker::Service {
     // is refused or resent later still finds its rows in `linked_rows`.
     std::mutex link_mu;
     std::optional<std::shared_future<absl::StatusOr<std::shared_ptr<PeerLink>>>> inbound;
+    std::string inbound_sender;  // FailedDeviceLinks::SenderKey of the stage that offered it
+    bool received_on_link = false;
     uint64_t last_linked_step = 0;
     std::map<uint64_t, std::unique_ptr<DeviceRows>> linked_rows;
     // The joined inbound link, for RetireLinks (never blocked on, unlike link_mu); `retired` also makes
@@ -141,6 +144,8 @@ class WorkerService final : public v1::Worker::Service {
 
   const WorkerOptions options_;
   const std::string host_name_;
+  // Shared with the background joins, which may outlive an assignment.
+  const std::shared_ptr<FailedDeviceLinks> failed_links_ = std::make_shared<FailedDeviceLinks>();
   const int64_t worker_kv_budget_;
   ThreadPool pool_;
   Outbox outbox_;

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -46,20 +47,26 @@ struct Link {
     int expected = ncclInProgress;
     state.compare_exchange_strong(expected, ncclSuccess);
   }
-  // The communicator's asynchronous error; the first one stays.
-  void Fail(ncclResult_t r, const std::string& why) {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      if (error.empty()) error = why;
-    }
-    int current = state.load();
-    while ((current == ncclSuccess || current == ncclInProgress) && !state.compare_exchange_weak(current, r)) {
-    }
-  }
+  void Fail(ncclResult_t r, const std::string& why);
 };
 
 std::mutex g_error_mu;
 std::string g_last_error;
+
+// The communicator's asynchronous error; the first one stays. ncclGetLastError(nullptr) tells it too.
+void Link::Fail(ncclResult_t r, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (error.empty()) error = why;
+  }
+  {
+    std::lock_guard<std::mutex> l(g_error_mu);
+    g_last_error = why;
+  }
+  int current = state.load();
+  while ((current == ncclSuccess || current == ncclInProgress) && !state.compare_exchange_weak(current, r)) {
+  }
+}
 
 ncclResult_t Refuse(ncclResult_t r, const std::string& why) {
   std::fprintf(stderr, "CUDA emulator (NCCL): %s\n", why.c_str());
@@ -79,6 +86,11 @@ sockaddr_un AddressOf(const std::string& name, socklen_t* len) {
 
 // Connects the two ranks, polling so that an abort ends the wait.
 void Connect(std::shared_ptr<Link> link) {
+  // LPEMU_FAIL=nccl-connect: two ranks that cannot reach each other (a firewall, no common network).
+  if (const char* fail = std::getenv("LPEMU_FAIL"); fail != nullptr && std::strstr(fail, "nccl-connect") != nullptr) {
+    link->Fail(ncclSystemError, "connecting to the peer: fault injected (LPEMU_FAIL=nccl-connect)");
+    return;
+  }
   socklen_t len;
   const sockaddr_un addr = AddressOf(link->name, &len);
   if (link->rank == 0) {

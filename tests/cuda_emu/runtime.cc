@@ -404,6 +404,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorIllegalState: return "cudaErrorIllegalState";
     case cudaErrorPeerAccessAlreadyEnabled: return "cudaErrorPeerAccessAlreadyEnabled";
     case cudaErrorDeviceUninitialized: return "cudaErrorDeviceUninitialized";
+    case cudaErrorMapBufferObjectFailed: return "cudaErrorMapBufferObjectFailed";
     default: return "cudaErrorUnknown";
   }
 }
@@ -859,6 +860,10 @@ void* OpenIpc(const char* reserved, uint64_t min_bytes, cudaError_t* error) {
 
 cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t handle, unsigned flags) {
   if (flags != cudaIpcMemLazyEnablePeerAccess) return Fail(cudaErrorInvalidValue);
+  // LPEMU_FAIL=ipc-open: what containers that do not share an IPC namespace get.
+  if (const char* fail = std::getenv("LPEMU_FAIL"); fail != nullptr && std::strstr(fail, "ipc-open") != nullptr) {
+    return Fail(cudaErrorMapBufferObjectFailed);
+  }
   cudaError_t e;
   *p = OpenIpc(handle.reserved, 1, &e);
   if (*p == nullptr) return Fail(e);
