@@ -71,6 +71,18 @@ if(LAYERPIPE_HAVE_CUDA)
   endforeach()
   target_sources(cuda_gemm_attention_test_emu PRIVATE ${PROJECT_SOURCE_DIR}/engine/cuda/step_plan.cc)
 
+  # bench_cuda end to end on a small checkpoint: what run.sh runs on the 12B shape must not fail there
+  # for a reason the emulator can show (its figures here mean nothing).
+  add_executable(bench_cuda_emu ${PROJECT_SOURCE_DIR}/bench/gpu/bench_cuda.cc)
+  target_link_libraries(bench_cuda_emu PRIVATE layerpipe_cuda_emu lpemu_cudart layerpipe_engine absl::flags
+                                               absl::flags_parse)
+  add_test(NAME bench_cuda_emu_smoke
+           COMMAND bash -c "set -e; rm -rf \"$1\"; \"$0/layerpipe\" make-checkpoint --out \"$1\" --layers 4 --hidden 128 \
+--intermediate 256 --vocab 2048 --heads 4 --head-dim 32 --kv-heads 2 --global-head-dim 64 --global-kv-heads 1 --window 16 \
+--full-period 2 >/dev/null; \"$0/bench_cuda_emu\" --model \"$1\" --prompt_tokens 96 --batches 1,3 --context 40 --decode_tokens 4"
+                   ${CMAKE_BINARY_DIR}/bin ${CMAKE_BINARY_DIR}/test_data/bench_cuda_emu)
+  set_tests_properties(bench_cuda_emu_smoke PROPERTIES TIMEOUT 300 LABELS emu)
+
   # The CUDA backend against the float64 oracle, through the `layerpipe` command with the emulated
   # plugin in place of the real one (tests/gpu/run.sh runs the same check on a GPU).
   add_test(NAME oracle_exactness_cuda_emu
