@@ -1,5 +1,6 @@
 # CUDA backend tests. The cuda_*_test programs need a device and are labelled "gpu" (CI runs
-# ctest -LE gpu; tests/gpu/run.sh runs them on the device machine); step_plan_test and peer_link_id_test
+# ctest -LE gpu; tests/gpu/run.sh runs them on the device machine); tests/cuda_emu builds the same sources
+# against the CUDA emulator as cuda_*_test_emu, which CI runs. step_plan_test and peer_link_id_test
 # check host-side parts of the backend and run anywhere it builds.
 if(LAYERPIPE_HAVE_CUDA)
   set(LAYERPIPE_GPU_TESTS cuda_backend_test cuda_gemm_attention_test cuda_sampling_test)
