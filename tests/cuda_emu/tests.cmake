@@ -67,7 +67,9 @@ if(LAYERPIPE_HAVE_CUDA)
       LAYERPIPE_BIN_DIR="${CMAKE_BINARY_DIR}/bin"
       LAYERPIPE_TOKENIZER_PATH="${LAYERPIPE_TOKENIZER_JSON}")
     # Two emulated devices, so the tests that link stages on two GPUs run too.
-    gtest_discover_tests(${name}_emu DISCOVERY_TIMEOUT 60 PROPERTIES LABELS emu ENVIRONMENT LPEMU_DEVICE_COUNT=2)
+    # The prefix keeps their names apart from the gpu-labelled originals (ctest sets properties by name).
+    gtest_discover_tests(${name}_emu TEST_PREFIX "emu/" DISCOVERY_TIMEOUT 60
+                         PROPERTIES LABELS emu ENVIRONMENT LPEMU_DEVICE_COUNT=2)
   endforeach()
   target_sources(cuda_gemm_attention_test_emu PRIVATE ${PROJECT_SOURCE_DIR}/engine/cuda/step_plan.cc)
 
@@ -90,6 +92,12 @@ if(LAYERPIPE_HAVE_CUDA)
                    --bin ${CMAKE_BINARY_DIR}/bin --work ${CMAKE_BINARY_DIR}/test_data/oracle_cuda_emu)
   set_tests_properties(oracle_exactness_cuda_emu PROPERTIES TIMEOUT 600 LABELS emu
     ENVIRONMENT "LAYERPIPE_CUDA_PLUGIN=${CMAKE_BINARY_DIR}/bin/liblayerpipe_cuda_emu.so")
+
+  # tests/gpu/run.sh itself, parts 1 to 3, on the emulated builds: a mistake in the script must not cost
+  # a device run.
+  add_test(NAME gpu_run_sh_emulated COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu/run.sh --emulator)
+  set_tests_properties(gpu_run_sh_emulated PROPERTIES TIMEOUT 900 LABELS emu
+    ENVIRONMENT "BUILD_DIR=${CMAKE_BINARY_DIR};LAYERPIPE_GPU_WORK=${CMAKE_BINARY_DIR}/test_data/gpu_run_sh")
 
   # Two GPU workers in two processes, linked by CUDA IPC (one device) and by NCCL (two devices).
   add_test(NAME cuda_emu_cluster

@@ -18,16 +18,22 @@
 # it instead of building. Where the project does build (a GPU host with scripts/install_deps.sh run),
 # no bundle is needed.
 #
-#   bash tests/gpu/run.sh [--skip-build] [--skip-bench]
+#   bash tests/gpu/run.sh [--skip-build] [--skip-bench] [--emulator]
 # Environment: LAYERPIPE_GPU_WORK (scratch, default /tmp/layerpipe_gpu), BUILD_DIR (default build).
+#
+# --emulator runs the script itself on a machine without a GPU, against the CUDA emulator's builds in
+# BUILD_DIR (tests/cuda_emu; CI does this, so a mistake in the script cannot cost a device run): parts 1
+# to 3 with two emulated devices, without part 0 (it times real kernels) and the 12B benchmark (it needs
+# 24 GB of weights and a GPU's speed; bench_cuda_emu_smoke runs bench_cuda on a small checkpoint).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
-skip_build=0 skip_bench=0
+skip_build=0 skip_bench=0 emulator=0
 for a in "$@"; do
   case "$a" in
     --skip-build) skip_build=1 ;;
     --skip-bench) skip_bench=1 ;;
+    --emulator) emulator=1 skip_build=1 skip_bench=1 ;;
     *) echo "run.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -39,7 +45,18 @@ work="${LAYERPIPE_GPU_WORK:-/tmp/layerpipe_gpu}"
 build="${BUILD_DIR:-build}"
 bin="$build/bin"
 bundle=0
-if [ -x gpu_bundle/bin/layerpipe ]; then
+if [ "$emulator" -eq 1 ]; then
+  # The GPU programs' names point at their emulated builds; the CUDA plugin is the emulated one.
+  built=$(cd "$build/bin" && pwd)
+  [ -x "$built/cuda_backend_test_emu" ] || { echo "run.sh: no emulated CUDA builds in $built" >&2; exit 1; }
+  mkdir -p "$work/emu_bin"
+  for f in "$built"/*; do ln -sf "$f" "$work/emu_bin/"; done
+  for t in cuda_backend_test cuda_gemm_attention_test cuda_sampling_test bench_cuda; do
+    ln -sf "$built/${t}_emu" "$work/emu_bin/$t"
+  done
+  bin="$work/emu_bin"
+  export LAYERPIPE_CUDA_PLUGIN="$built/liblayerpipe_cuda_emu.so" LPEMU_DEVICE_COUNT=2
+elif [ -x gpu_bundle/bin/layerpipe ]; then
   bundle=1
   skip_build=1
   bin=gpu_bundle/bin
@@ -88,11 +105,15 @@ if [ ! -x "$bin/bench_cuda" ]; then
 fi
 
 section "0. CUDA IPC events across two processes (what the same-GPU link relies on)"
-timeout 60 "$bin/ipc_event_check" 2>&1 | tail -5
-record "ipc events across processes" "${PIPESTATUS[0]}"
+if [ "$emulator" -eq 1 ]; then
+  echo "emulator: not run (it times kernels on the device)"
+else
+  timeout 60 "$bin/ipc_event_check" 2>&1 | tail -5
+  record "ipc events across processes" "${PIPESTATUS[0]}"
+fi
 
 section "1. CUDA backend vs CPU backend (the gpu-labelled tests)"
-if [ "$bundle" -eq 1 ]; then
+if [ "$bundle" -eq 1 ] || [ "$emulator" -eq 1 ]; then
   (rc=0
    for t in step_plan_test cuda_backend_test cuda_gemm_attention_test cuda_sampling_test; do
      timeout 180 "$bin/$t" || rc=1
@@ -129,6 +150,7 @@ record "2-worker GPU pipeline == engine" $?
 grep -q "over cuda-ipc" "$work/cluster.log"
 record "2 workers on one GPU linked by CUDA IPC" $?
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+[ "$emulator" -eq 1 ] && gpus=$LPEMU_DEVICE_COUNT
 if [ "${gpus:-0}" -ge 2 ]; then
   nccl_ids=$(timeout 300 "$bin/layerpipe" cluster --model "$model" --workers 2 --device cuda:0,cuda:1 --precision fp32 \
              -- generate --ids $ids --max-new-tokens 24 --print-ids 2>"$work/cluster_nccl.log" | tail -1)
