@@ -60,6 +60,7 @@ class BlockExec {
   uint64_t Shuffle(unsigned mask, uint64_t bits, ::lpemu::Shuffle kind, int arg, int width, const char* what);
   void CheckWarpOp(unsigned mask, int width, const char* what) const;
   void* dynamic_shared() { return smem_.empty() ? nullptr : smem_.data(); }
+  const char* kernel_name() const { return launch_ != nullptr ? launch_->name : nullptr; }
 
  private:
   static void FiberEntry();
@@ -290,6 +291,7 @@ uint64_t WarpShuffle(unsigned mask, uint64_t bits, Shuffle kind, int arg, int wi
 }
 void* DynamicShared() { return Exec().dynamic_shared(); }
 void KernelFault(const char* what) { Exec().Fault(what); }
+const char* RunningKernelName() { return tls_exec != nullptr ? tls_exec->kernel_name() : nullptr; }
 
 void RunGrid(const KernelLaunch& launch) {
   const uint64_t threads = uint64_t{launch.block.x} * launch.block.y * launch.block.z;

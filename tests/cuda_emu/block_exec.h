@@ -41,6 +41,9 @@ uint64_t WarpShuffle(unsigned mask, uint64_t bits, Shuffle kind, int arg, int wi
 
 void* DynamicShared();  // the block's dynamic shared memory
 
+// The name of the kernel the calling host thread runs, nullptr when none (for fault reports).
+const char* RunningKernelName();
+
 // Stops the process with a report about the running kernel (the emulator's "illegal instruction").
 [[noreturn]] void KernelFault(const char* what);
 

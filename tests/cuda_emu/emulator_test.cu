@@ -179,6 +179,22 @@ TEST(CudaEmulatorDeathTest, BarriersAndWarpOperationsInDivergentCodeStopTheRun) 
                "partial lane mask");
 }
 
+__global__ void OverrunKernel(float* x, int n) {
+  if (threadIdx.x == 0) x[n] = 1.0f;  // one past the end
+}
+
+TEST(CudaEmulatorDeathTest, AKernelWritingPastAnAllocationStopsTheRun) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        float* x = nullptr;
+        cudaMalloc(&x, 1024 * sizeof(float));
+        OverrunKernel<<<1, 32>>>(x, 1024);
+        cudaDeviceSynchronize();
+      },
+      "invalid memory access at .* in kernel OverrunKernel");
+}
+
 __global__ void AddKernel(int* x, int n, int v) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] += v;
 }

@@ -7,6 +7,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -78,12 +79,16 @@ constexpr size_t kMaxSmemOptIn = 227 << 10;
 
 // kDevice: cudaMalloc, in a memfd so that another process can map it (cudaIpcOpenMemHandle);
 // kPool: cudaMallocAsync, which CUDA does not export either; kImported: another process's kDevice.
+// Device memory of all three ends where an inaccessible guard page begins (to the 256-byte granule of
+// CUDA's allocations), so a kernel or copy that runs past an allocation's end faults at once.
 enum class Memory { kDevice, kPool, kImported, kPinned };
 struct Allocation {
   size_t bytes;
   Memory kind;
-  size_t mapped = 0;  // kDevice and kImported: the mapping's length
-  int fd = -1;        // kDevice: the memfd, open while the allocation lives
+  char* region = nullptr;   // device kinds: the mapping, guard page included
+  size_t region_bytes = 0;
+  size_t offset = 0;        // of the allocation within the memfd (kDevice, kImported)
+  int fd = -1;              // kDevice: the memfd, open while the allocation lives
 };
 
 bool IsDeviceKind(Memory m) { return m != Memory::kPinned; }
@@ -94,7 +99,9 @@ struct IpcHandle {
   uint64_t magic;
   int64_t pid;
   int64_t fd;
-  uint64_t bytes;
+  uint64_t mapped;  // the memfd's length
+  uint64_t offset;  // where the allocation starts in it
+  uint64_t bytes;   // the allocation's length
 };
 static_assert(sizeof(IpcHandle) <= CUDA_IPC_HANDLE_SIZE);
 
@@ -110,6 +117,27 @@ struct State {
   int devices = 1;
 };
 
+// A fault in a kernel (past an allocation's end, into its guard page) names the kernel before the
+// process dies as it would have.
+void OnFault(int sig, siginfo_t* info, void*) {
+  const char* kernel = RunningKernelName();
+  char line[512];
+  const int n = std::snprintf(line, sizeof(line), "CUDA emulator: invalid memory access at %p%s%s\n", info->si_addr,
+                              kernel != nullptr ? " in kernel " : " outside kernels", kernel != nullptr ? kernel : "");
+  if (n > 0) (void)!write(2, line, static_cast<size_t>(std::min(n, int(sizeof(line)) - 1)));
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void InstallFaultReport() {
+  struct sigaction sa {};
+  sa.sa_sigaction = &OnFault;
+  sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, nullptr);
+  sigaction(SIGBUS, &sa, nullptr);
+}
+
 State& S() {
   static State* s = [] {
     auto* st = new State();
@@ -117,6 +145,7 @@ State& S() {
       st->devices = std::max(1, std::atoi(env));
     }
     for (int d = 0; d < st->devices; ++d) st->pools.push_back(std::make_unique<CUmemPoolHandle_st>());
+    InstallFaultReport();
     // Every device allocation holds a memfd open (Allocation::fd).
     rlimit files{};
     if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
@@ -213,20 +242,43 @@ void Register(void* p, Allocation a) {
   S().allocations[reinterpret_cast<uintptr_t>(p)] = a;
 }
 
+size_t PageBytes() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
+// Maps `mapped` bytes of `fd` (anonymous memory when fd < 0) followed by an inaccessible guard page.
+char* MapGuarded(int fd, size_t mapped, size_t* region_bytes) {
+  *region_bytes = mapped + PageBytes();
+  void* region = mmap(nullptr, *region_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (region == MAP_FAILED) return nullptr;
+  void* m = fd >= 0 ? mmap(region, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0)
+                    : mmap(region, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  if (m == MAP_FAILED) {
+    munmap(region, *region_bytes);
+    return nullptr;
+  }
+  return static_cast<char*>(region);
+}
+
 void* Allocate(size_t bytes, Memory kind) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
   void* p = nullptr;
   Allocation a{bytes, kind};
-  if (kind == Memory::kDevice) {
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    a.mapped = (rounded + page - 1) / page * page;
-    a.fd = memfd_create("lpemu-device", MFD_CLOEXEC);
-    if (a.fd < 0) return nullptr;
-    if (ftruncate(a.fd, static_cast<off_t>(a.mapped)) != 0 ||
-        (p = mmap(nullptr, a.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0)) == MAP_FAILED) {
-      close(a.fd);
+  if (kind == Memory::kDevice || kind == Memory::kPool) {
+    const size_t mapped = (rounded + PageBytes() - 1) / PageBytes() * PageBytes();
+    if (kind == Memory::kDevice) {
+      a.fd = memfd_create("lpemu-device", MFD_CLOEXEC);
+      if (a.fd < 0) return nullptr;
+      if (ftruncate(a.fd, static_cast<off_t>(mapped)) != 0) {
+        close(a.fd);
+        return nullptr;
+      }
+    }
+    a.region = MapGuarded(a.fd, mapped, &a.region_bytes);
+    if (a.region == nullptr) {
+      if (a.fd >= 0) close(a.fd);
       return nullptr;
     }
+    a.offset = mapped - rounded;
+    p = a.region + a.offset;
   } else {
     p = std::aligned_alloc(256, rounded);
     if (p == nullptr) return nullptr;
@@ -250,20 +302,14 @@ cudaError_t Release(void* p, std::initializer_list<Memory> kinds) {
     a = it->second;
     S().allocations.erase(it);
   }
-  switch (a.kind) {
-    case Memory::kDevice:
-      // Poisoned first: a kernel still reading it, here or in a process that mapped it, gets NaN.
-      std::memset(p, 0xFF, a.bytes);
-      munmap(p, a.mapped);
-      close(a.fd);
-      break;
-    case Memory::kImported: munmap(p, a.mapped); break;
-    case Memory::kPool:
-      std::memset(p, 0xFF, a.bytes);
-      std::free(p);
-      break;
-    case Memory::kPinned: std::free(p); break;
+  if (a.kind == Memory::kPinned) {
+    std::free(p);
+    return cudaSuccess;
   }
+  // Poisoned first: a kernel still reading it, here or in a process that mapped it, gets NaN.
+  if (a.kind != Memory::kImported) std::memset(p, 0xFF, a.bytes);
+  munmap(a.region, a.region_bytes);
+  if (a.fd >= 0) close(a.fd);
   return cudaSuccess;
 }
 
@@ -821,13 +867,15 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsi
 // progress page), which another process opens through /proc. As on a GPU, a process may not open its
 // own handles, and only cudaMalloc memory (not the stream-ordered pool's) exports.
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* p) {
-  IpcHandle h{kIpcMagic, getpid(), -1, 0};
+  IpcHandle h{kIpcMagic, getpid(), -1, 0, 0, 0};
   {
     std::lock_guard<std::mutex> l(S().mu);
     auto it = S().allocations.find(reinterpret_cast<uintptr_t>(p));
     if (it == S().allocations.end() || it->second.kind != Memory::kDevice) return Fail(cudaErrorInvalidValue);
     h.fd = it->second.fd;
-    h.bytes = it->second.mapped;
+    h.mapped = it->second.region_bytes - PageBytes();
+    h.offset = it->second.offset;
+    h.bytes = it->second.bytes;
   }
   std::memset(handle, 0, sizeof(*handle));
   std::memcpy(handle->reserved, &h, sizeof(h));
@@ -836,24 +884,27 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* p) {
 
 namespace {
 
-// Maps another process's memfd named by an IPC handle; nullptr (and the error) when it cannot.
-void* OpenIpc(const char* reserved, uint64_t min_bytes, cudaError_t* error) {
+// Maps another process's memfd named by an IPC handle, with a guard page after it, into *a; false
+// (and the error) when it cannot.
+bool OpenIpc(const char* reserved, uint64_t min_bytes, Allocation* a, cudaError_t* error) {
   IpcHandle h;
   std::memcpy(&h, reserved, sizeof(h));
   *error = cudaErrorInvalidValue;
-  if (h.magic != kIpcMagic || h.bytes < min_bytes) return nullptr;
+  if (h.magic != kIpcMagic || h.bytes < min_bytes || h.offset + h.bytes > h.mapped) return false;
   if (h.pid == getpid()) {
     *error = cudaErrorDeviceUninitialized;  // CUDA refuses a process its own handles
-    return nullptr;
+    return false;
   }
   const std::string path = "/proc/" + std::to_string(h.pid) + "/fd/" + std::to_string(h.fd);
   const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return nullptr;
-  void* p = mmap(nullptr, h.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (fd < 0) return false;
+  a->region = MapGuarded(fd, h.mapped, &a->region_bytes);
   close(fd);
-  if (p == MAP_FAILED) return nullptr;
+  if (a->region == nullptr) return false;
+  a->offset = h.offset;
+  a->bytes = h.bytes;
   *error = cudaSuccess;
-  return p;
+  return true;
 }
 
 }  // namespace
@@ -865,12 +916,9 @@ cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t handle, unsigned f
     return Fail(cudaErrorMapBufferObjectFailed);
   }
   cudaError_t e;
-  *p = OpenIpc(handle.reserved, 1, &e);
-  if (*p == nullptr) return Fail(e);
-  IpcHandle h;
-  std::memcpy(&h, handle.reserved, sizeof(h));
-  Allocation a{h.bytes, Memory::kImported};
-  a.mapped = h.bytes;
+  Allocation a{0, Memory::kImported};
+  if (!OpenIpc(handle.reserved, 1, &a, &e)) return Fail(e);
+  *p = a.region + a.offset;
   Register(*p, a);
   return cudaSuccess;
 }
@@ -879,7 +927,7 @@ cudaError_t cudaIpcCloseMemHandle(void* p) { return Release(p, {Memory::kImporte
 
 cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t* handle, cudaEvent_t event) {
   if ((event->flags & cudaEventInterprocess) == 0 || event->fd < 0) return Fail(cudaErrorInvalidResourceHandle);
-  const IpcHandle h{kIpcMagic, getpid(), event->fd, sizeof(EventProgress)};
+  const IpcHandle h{kIpcMagic, getpid(), event->fd, sizeof(EventProgress), 0, sizeof(EventProgress)};
   std::memset(handle, 0, sizeof(*handle));
   std::memcpy(handle->reserved, &h, sizeof(h));
   return cudaSuccess;
@@ -887,11 +935,11 @@ cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t* handle, cudaEvent_t even
 
 cudaError_t cudaIpcOpenEventHandle(cudaEvent_t* event, cudaIpcEventHandle_t handle) {
   cudaError_t e;
-  void* page = OpenIpc(handle.reserved, sizeof(EventProgress), &e);
-  if (page == nullptr) return Fail(e);
+  Allocation page{0, Memory::kImported};
+  if (!OpenIpc(handle.reserved, sizeof(EventProgress), &page, &e)) return Fail(e);
   auto* ev = new CUevent_st();
   ev->flags = cudaEventDisableTiming | cudaEventInterprocess;
-  ev->progress = static_cast<EventProgress*>(page);
+  ev->progress = reinterpret_cast<EventProgress*>(page.region);
   *event = ev;
   return cudaSuccess;
 }

@@ -96,7 +96,8 @@ if(LAYERPIPE_HAVE_CUDA)
   # tests/gpu/run.sh itself, parts 1 to 3, on the emulated builds: a mistake in the script must not cost
   # a device run.
   add_test(NAME gpu_run_sh_emulated COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu/run.sh --emulator)
-  set_tests_properties(gpu_run_sh_emulated PROPERTIES TIMEOUT 900 LABELS emu
+  # COST: the longest test of the suite; started first, it runs beside the short ones.
+  set_tests_properties(gpu_run_sh_emulated PROPERTIES TIMEOUT 900 LABELS emu COST 1000
     ENVIRONMENT "BUILD_DIR=${CMAKE_BINARY_DIR};LAYERPIPE_GPU_WORK=${CMAKE_BINARY_DIR}/test_data/gpu_run_sh")
 
   # Two GPU workers in two processes, linked by CUDA IPC (one device) and by NCCL (two devices).
