@@ -84,9 +84,10 @@ class Channels {
 
 class FakeLink final : public PeerLink {
  public:
-  // kind shows in transport(), so tests see which kind of link the stages agreed on.
-  FakeLink(std::shared_ptr<Channel> channel, int rank, PeerLinkKind kind)
-      : c_(std::move(channel)), rank_(rank), kind_(kind) {}
+  // kind shows in transport(), so tests see which kind of link the stages agreed on. A receiver that
+  // cannot map fails every receive, as CUDA IPC does between containers without a shared IPC namespace.
+  FakeLink(std::shared_ptr<Channel> channel, int rank, PeerLinkKind kind, bool cannot_map = false)
+      : c_(std::move(channel)), rank_(rank), kind_(kind), cannot_map_(cannot_map) {}
   absl::Status Send(std::shared_ptr<const DeviceRows> rows) override {
     if (rank_ != 0) return absl::FailedPreconditionError("only rank 0 sends");
     std::lock_guard<std::mutex> lock(c_->mu);
@@ -97,6 +98,10 @@ class FakeLink final : public PeerLink {
   }
   absl::StatusOr<std::unique_ptr<DeviceRows>> Receive(int64_t rows, int64_t width) override {
     if (rank_ != 1) return absl::FailedPreconditionError("only rank 1 receives");
+    if (cannot_map_) {
+      Abort();
+      return absl::InternalError("cannot map the sender's slot");
+    }
     std::unique_lock<std::mutex> lock(c_->mu);
     // The sender queues its rows before the frame leaves, so they are here (or about to be).
     ++c_->waiting;
@@ -129,6 +134,7 @@ class FakeLink final : public PeerLink {
   std::shared_ptr<Channel> c_;
   int rank_;
   PeerLinkKind kind_;
+  bool cannot_map_;
 };
 
 // The CPU executor dressed as a GPU backend: device rows in host memory, links through Channels.
@@ -191,7 +197,8 @@ class FakeGpuBackend final : public LayerBackend {
       if (waited_ms > 10000) return absl::DeadlineExceededError("the peer never joined");
       c->cv.wait_for(lock, std::chrono::milliseconds(10));
     }
-    return std::make_unique<FakeLink>(c, rank, kind);
+    // A uid starting "unmappable" names a GPU whose receives fail (FakeLink).
+    return std::make_unique<FakeLink>(c, rank, kind, uid_.rfind("unmappable", 0) == 0);
   }
 
   static std::atomic<int64_t> device_inputs_;  // ForwardToDevice calls fed by device rows
@@ -282,6 +289,24 @@ TEST_F(DeviceHandoffTest, StagesOnOneGpuLinkAsSameDeviceAndACpuNextStageKeepsAct
   const auto [sent, received] = Channels::Get().Totals();
   EXPECT_EQ(sent - sent0, 2 * 9) << "one link in each pipeline";
   EXPECT_EQ(received - received0, 2 * 9);
+}
+
+TEST_F(DeviceHandoffTest, ALinkThatFailsBeforeItsFirstStepIsNotOfferedAgainAndTheFrameCarriesTheRows) {
+  // Stage 1 cannot take rows off a link: the first epoch's step fails there; in the next epoch stage 1
+  // declines stage 0's offer and the activations travel in the frame.
+  Pipeline pipe(2, absl::Seconds(2), Devices({"gpu0", "unmappable-gpu1"}));
+  pipe.Assign(dir(), {{0, 3}, {3, 5}}, "fp32");
+  v1::StepFrame f;
+  AddSlice(&f, 1, 0, kPromptA, true);
+  const v1::StepResult failed = pipe.Run(f);
+  EXPECT_NE(failed.error().find("cannot map the sender's slot"), std::string::npos) << failed.error();
+
+  pipe.Assign(dir(), {{0, 3}, {3, 5}}, "fp32");
+  auto engine = LoadEngine(dir(), Precision::kFp32);
+  const auto [sent0, received0] = Channels::Get().Totals();
+  CheckGreedyAgainstEngine(pipe, *engine, 1e-5);
+  EXPECT_EQ(pipe.Status(0).next_hop_transport(), "grpc");
+  EXPECT_EQ(Channels::Get().Totals().first, sent0) << "nothing more went over a link";
 }
 
 // The test plays stage 0 (layers [0,2) on a fake GPU "gpu0") for the single worker of `pipe`, assigned as
