@@ -17,7 +17,11 @@ workers and a coordinator run as separate processes on ephemeral ports, and the 
   * `layerpipe cluster` serves, runs one-shot commands, and leaves no process behind when stopped, when a
     worker dies, or when it is killed itself.
 
-    cluster_test.py --bin build/bin --src . [--work DIR] [--only NAME ...] [--keep]
+    cluster_test.py --bin build/bin --src . [--work DIR] [--only NAME ...] [--keep] [--devices LIST]
+
+--devices runs the workers on those devices (worker i on the i-th, cycling; e.g. cuda:0,cuda:1) and the
+local references on the first, so the same checks hold GPU workers to the single-process CUDA engine
+(tests/cuda_emu runs them on the CUDA emulator).
 
 Every process is started in its own session and killed at the end, pass or fail.
 """
@@ -76,8 +80,9 @@ def check(cond, message):
 class Env:
     """Paths, the checkpoint, local references, and every process started (all killed by close())."""
 
-    def __init__(self, bin_dir, src_dir, work):
+    def __init__(self, bin_dir, src_dir, work, devices=("cpu",)):
         self.bin = bin_dir
+        self.devices = list(devices)
         self.src = src_dir
         self.work = work
         self.logs = os.path.join(work, "logs")
@@ -119,7 +124,7 @@ class Env:
         key = (precision, tuple(args))
         if key not in self._local_cache:
             out, _ = self.layerpipe_ok("generate", "--model", self.model, "--precision", precision, "--threads", "2",
-                                       *args, "--print-ids")
+                                       "--device", self.devices[0], *args, "--print-ids")
             self._local_cache[key] = out
         return self._local_cache[key]
 
@@ -196,7 +201,8 @@ class Cluster:
 
     def _start_worker(self, i, listen):
         return self.env.start([os.path.join(self.env.bin, "layerpipe-worker"), "--listen", listen,
-                               "--threads", WORKER_THREADS], f"worker{i}")
+                               "--threads", WORKER_THREADS, "--device", self.env.devices[i % len(self.env.devices)]],
+                              f"worker{i}")
 
     def restart_worker(self, i):
         self.workers[i] = self._start_worker(i, self.addresses[i])
@@ -271,7 +277,8 @@ def test_score_matches_local_logits(env):
     """Score logprobs are the log_softmax of the local logits, and returned logits equal them (fp32)."""
     ids = ",".join(map(str, SCORE_IDS))
     local_npy = os.path.join(env.work, "local_logits.npy")
-    env.layerpipe_ok("score", "--model", env.model, "--precision", "fp32", "--ids", ids, "--logits-out", local_npy)
+    env.layerpipe_ok("score", "--model", env.model, "--precision", "fp32", "--ids", ids, "--logits-out", local_npy,
+                     "--device", env.devices[0])
     local = np.load(local_npy)
     check(local.shape == (len(SCORE_IDS), VOCAB), f"local logits shape {local.shape}")
     expected = np.zeros(len(SCORE_IDS))
@@ -462,8 +469,9 @@ def test_worker_lost_gives_unavailable(env):
 
 
 def cluster_argv(env, workers, *extra):
+    devices = ",".join(env.devices[i % len(env.devices)] for i in range(workers))
     return [os.path.join(env.bin, "layerpipe"), "cluster", "--model", env.model, "--workers", str(workers),
-            "--precision", "fp32", "--threads-per-worker", WORKER_THREADS, *extra]
+            "--precision", "fp32", "--threads-per-worker", WORKER_THREADS, "--device", devices, *extra]
 
 
 def start_cluster_command(env, workers, *extra):
@@ -545,13 +553,15 @@ def main():
     ap.add_argument("--work", default=None, help="parent of this run's scratch directory (default: the system's)")
     ap.add_argument("--only", nargs="*", default=None, help="run only tests whose name contains one of these")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory (logs, checkpoint)")
+    ap.add_argument("--devices", default="cpu", help="the workers' devices, comma-separated (worker i: the i-th, "
+                    "cycling); the local references run on the first")
     args = ap.parse_args()
 
     # A fresh directory per run, so that two runs sharing --work cannot delete each other's checkpoint.
     if args.work:
         os.makedirs(args.work, exist_ok=True)
     work = tempfile.mkdtemp(prefix="run_" if args.work else "layerpipe_cluster_test_", dir=args.work)
-    env = Env(os.path.abspath(args.bin), os.path.abspath(args.src), os.path.abspath(work))
+    env = Env(os.path.abspath(args.bin), os.path.abspath(args.src), os.path.abspath(work), args.devices.split(","))
     failed = []
     try:
         for name in ["layerpipe", "layerpipe-worker", "layerpipe-coordinator"]:
