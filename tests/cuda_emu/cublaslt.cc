@@ -77,19 +77,10 @@ float Load(const void* base, cudaDataType t, uint64_t i) {
   return f;
 }
 
-// op(X) as rows of `inner` contiguous elements: row r, element p is op(X)(r, p) (transposed = false)
-// or op(X)(p, r) (transposed = true).
-std::vector<float> Rows(const void* base, const Layout& l, bool op_t, bool by_col, uint64_t rows, uint64_t inner) {
-  std::vector<float> out(rows * inner);
-  for (uint64_t r = 0; r < rows; ++r) {
-    for (uint64_t p = 0; p < inner; ++p) {
-      // Element (i, j) of op(X); X itself is read at (i, j) or (j, i) when transposed.
-      const uint64_t i = by_col ? p : r, j = by_col ? r : p;
-      const uint64_t xi = op_t ? j : i, xj = op_t ? i : j;
-      out[r * inner + p] = Load(base, l.type, xi + xj * static_cast<uint64_t>(l.ld));
-    }
-  }
-  return out;
+// Element (i, j) of op(X), X column-major with leading dimension ld.
+float OpElement(const void* base, const Layout& l, bool op_t, uint64_t i, uint64_t j) {
+  const uint64_t xi = op_t ? j : i, xj = op_t ? i : j;
+  return Load(base, l.type, xi + xj * static_cast<uint64_t>(l.ld));
 }
 
 float Dot(const float* x, const float* y, uint64_t n) {
@@ -219,12 +210,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
       const auto* bb = static_cast<const unsigned char*>(b_ptr) + batch * b.stride * ea;
       const float* cb = static_cast<const float*>(c_ptr) + batch * c.stride;
       float* db = static_cast<float*>(d_ptr) + batch * out.stride;
-      // Row i of op(A) and column j of op(B), each contiguous over k.
-      const std::vector<float> arows = Rows(ab, a, ta, false, m, k);
-      const std::vector<float> bcols = Rows(bb, b, tb, true, n, k);
+      // Every column of op(B) (the activations: few) as k contiguous floats; the rows of op(A) (the
+      // weights: up to the vocabulary's 262,144) one at a time, so nothing of the weights' size is made.
+      std::vector<float> bcols(n * k), arow(k);
       for (uint64_t j = 0; j < n; ++j) {
-        for (uint64_t i = 0; i < m; ++i) {
-          const float prod = al * Dot(&arows[i * k], &bcols[j * k], k);
+        for (uint64_t p = 0; p < k; ++p) bcols[j * k + p] = OpElement(bb, b, tb, p, j);
+      }
+      for (uint64_t i = 0; i < m; ++i) {
+        for (uint64_t p = 0; p < k; ++p) arow[p] = OpElement(ab, a, ta, i, p);
+        for (uint64_t j = 0; j < n; ++j) {
+          const float prod = al * Dot(arow.data(), &bcols[j * k], k);
           const float prior = be == 0.0f ? 0.0f : be * cb[i + j * c.ld];  // beta = 0: C is not read
           db[i + j * out.ld] = prod + prior;
         }
