@@ -112,6 +112,19 @@ inline float __int_as_float(int x) { return std::bit_cast<float>(x); }
 inline long long __double_as_longlong(double x) { return std::bit_cast<long long>(x); }
 inline double __longlong_as_double(long long x) { return std::bit_cast<double>(x); }
 
+namespace lpemu {
+
+// What translate_cu.py puts for a reinterpret_cast to a vector type (uint4, float4, ...): a GPU faults on
+// a vector load or store that is not aligned to the vector's size, where x86 would not notice.
+template <typename T, typename P>
+T VectorCast(P* p) {
+  using V = std::remove_cv_t<std::remove_pointer_t<T>>;
+  if (reinterpret_cast<uintptr_t>(p) % alignof(V) != 0) KernelFault("a vector access to a misaligned address");
+  return reinterpret_cast<T>(p);
+}
+
+}  // namespace lpemu
+
 // CUDA's integer min / max, for any mix of integer widths (the usual arithmetic conversions).
 template <typename A, typename B, typename = std::enable_if_t<std::is_integral_v<A> && std::is_integral_v<B>>>
 auto min(A a, B b) {

@@ -195,6 +195,23 @@ TEST(CudaEmulatorDeathTest, AKernelWritingPastAnAllocationStopsTheRun) {
       "invalid memory access at .* in kernel OverrunKernel");
 }
 
+__global__ void MisalignedVectorKernel(const float* x, float* out) {
+  const uint4 v = *reinterpret_cast<const uint4*>(x + 1);  // 4 bytes past a 16-byte boundary
+  out[threadIdx.x] = __uint_as_float(v.x);
+}
+
+TEST(CudaEmulatorDeathTest, AMisalignedVectorAccessStopsTheRun) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        float* x = nullptr;
+        cudaMalloc(&x, 64 * sizeof(float));
+        MisalignedVectorKernel<<<1, 32>>>(x, x + 32);
+        cudaDeviceSynchronize();
+      },
+      "MisalignedVectorKernel.*misaligned address");
+}
+
 __global__ void AddKernel(int* x, int n, int v) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] += v;
 }

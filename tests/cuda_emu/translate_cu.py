@@ -9,6 +9,8 @@ and a #line directive keeps compiler messages pointing at the .cu file:
       cudaFuncSetAttribute sets per kernel), nullptr otherwise (the kernel may be a template whose
       arguments only the call deduces)
   extern __shared__ [__align__(n)] T name[];      ->  T* name = static_cast<T*>(::lpemu::DynamicShared());
+  reinterpret_cast<[const] uint4*>(p) (any CUDA vector type)
+      ->  ::lpemu::VectorCast<[const] uint4*>(p), which faults on a misaligned address as a GPU does
 
 usage: translate_cu.py IN.cu OUT.cc
 """
@@ -16,6 +18,7 @@ import re
 import sys
 
 LAUNCH = re.compile(r"([A-Za-z_][\w:]*(?:<[^<>;]*>)?)\s*<<<(.*?)>>>\s*\(\s*(\)?)", re.S)
+VECTOR_CAST = re.compile(r"reinterpret_cast<\s*((?:const\s+)?(?:u?int|u?short|u?char|u?long|float|double)[1-4]\s*\*)\s*>")
 DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([\w\s]+?)\s+(\w+)\s*\[\s*\]\s*;")
 
 
@@ -48,6 +51,7 @@ def translate(source):
 
     out, launches = LAUNCH.subn(launch, source)
     out = DYNAMIC_SHARED.sub(dynamic_shared, out)
+    out = VECTOR_CAST.sub(lambda m: "::lpemu::VectorCast<%s>" % m.group(1), out)
     if "<<<" in out or re.search(r"extern\s+__shared__", out):
         raise SystemExit("translate_cu.py: a launch or dynamic shared array it cannot translate is left")
     return out, launches
