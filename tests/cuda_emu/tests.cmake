@@ -5,7 +5,9 @@ if(LAYERPIPE_HAVE_CUDA)
   set(LPEMU_DIR ${CMAKE_CURRENT_LIST_DIR})
   find_package(Python3 REQUIRED COMPONENTS Interpreter)
 
-  add_library(lpemu_cudart SHARED ${LPEMU_DIR}/block_exec.cc ${LPEMU_DIR}/fiber_switch.cc ${LPEMU_DIR}/runtime.cc
+  add_library(lpemu_cudart SHARED ${LPEMU_DIR}/block_exec.cc ${LPEMU_DIR}/fiber_switch.cc
+                                  ${LPEMU_DIR}/runtime_state.cc ${LPEMU_DIR}/runtime_device.cc
+                                  ${LPEMU_DIR}/runtime_memory.cc ${LPEMU_DIR}/runtime_streams.cc
                                   ${LPEMU_DIR}/cublaslt.cc)
   target_include_directories(lpemu_cudart PUBLIC ${PROJECT_SOURCE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(lpemu_cudart PRIVATE Threads::Threads)
