@@ -57,7 +57,7 @@ struct KernelLaunch {
   std::function<void()> thread_body;
 };
 
-// Checks the launch configuration and enqueues the launch on `stream` (runtime.cc); a bad
+// Checks the launch configuration and enqueues the launch on `stream` (runtime_device.cc); a bad
 // configuration becomes the thread's last error, as on a GPU.
 void SubmitKernel(cudaStream_t stream, KernelLaunch launch);
 
