@@ -6,14 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=build/bin
-if [ -x gpu_bundle/bin/bench_cuda ]; then
-  bin=gpu_bundle/bin
-  cuda_libs=/usr/local/cuda/lib64
-  for pkg in nccl cublas cuda_runtime; do
-    d=$(python3 -c "import nvidia.$pkg as m; print(m.__path__[0] + '/lib')" 2>/dev/null) && cuda_libs="$cuda_libs:$d"
-  done
-  export LD_LIBRARY_PATH="$PWD/gpu_bundle/lib:$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+. tests/gpu/bundle_env.sh
+gpu_bundle_env || true
 work="${LAYERPIPE_GPU_WORK:-/tmp/layerpipe_gpu}/profile"
 out="${OUT:-$work}"
 mkdir -p "$work" "$out"
