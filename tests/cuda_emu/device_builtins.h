@@ -96,21 +96,8 @@ inline float atomicAdd(float* address, float v) {
   }
   return old;
 }
-template <typename T>
-T atomicMax(T* address, T v) {
-  std::atomic_ref<T> a(*address);
-  T old = a.load();
-  while (old < v && !a.compare_exchange_weak(old, v)) {
-  }
-  return old;
-}
-
 inline unsigned __float_as_uint(float x) { return std::bit_cast<unsigned>(x); }
 inline float __uint_as_float(unsigned x) { return std::bit_cast<float>(x); }
-inline int __float_as_int(float x) { return std::bit_cast<int>(x); }
-inline float __int_as_float(int x) { return std::bit_cast<float>(x); }
-inline long long __double_as_longlong(double x) { return std::bit_cast<long long>(x); }
-inline double __longlong_as_double(long long x) { return std::bit_cast<double>(x); }
 
 namespace lpemu {
 
