@@ -23,3 +23,4 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 bash scripts/fetch_tokenizer.sh >/dev/null
+bash scripts/fetch_helm.sh >/dev/null
