@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "backend/cuda_plugin_loader.h"
-#include "engine/layer_executor.h"
+#include "engine/cpu/cpu_backend.h"
 
 namespace layerpipe {
 
@@ -45,7 +45,7 @@ absl::StatusOr<BackendMaker> BackendMakerFor(const DeviceSpec& device) {
   if (!device.cuda()) {
     return BackendMaker([](const ModelWeights& w, Precision p,
                            ThreadPool& pool) -> absl::StatusOr<std::unique_ptr<LayerBackend>> {
-      return std::make_unique<LayerRangeExecutor>(w, p, pool);
+      return std::make_unique<CpuBackend>(w, p, pool);
     });
   }
   if (!CudaBackendBuilt()) {

@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/layer_backend.h"
+#include "engine/backend/layer_backend.h"
 
 namespace layerpipe {
 
@@ -29,7 +29,7 @@ bool CudaBackendBuilt();
 int CudaDevicesVisible();
 
 // The maker for `device`; FailedPrecondition when the binary has no CUDA backend or the device is not
-// there. The CPU maker runs LayerRangeExecutor on the pool it is given.
+// there. The CPU maker runs CpuBackend on the pool it is given.
 absl::StatusOr<BackendMaker> BackendMakerFor(const DeviceSpec& device);
 
 }  // namespace layerpipe

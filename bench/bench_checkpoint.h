@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/checkpoint_writer.h"
+#include "tools/checkpoint/checkpoint_writer.h"
 
 namespace layerpipe {
 

@@ -14,7 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_checkpoint.h"
-#include "engine/checkpoint_writer.h"
+#include "tools/checkpoint/checkpoint_writer.h"
 #include "engine/engine.h"
 
 ABSL_FLAG(std::string, layers, "6,12", "layer counts of the generated 12B-shaped checkpoints");

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/cpu/bf16.h"
+#include "engine/model/bf16.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/thread_pool.h"
 

@@ -14,8 +14,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "engine/logit_summary.h"
-#include "engine/sampler.h"
+#include "engine/sampling/logit_summary.h"
+#include "engine/sampling/sampler.h"
 
 ABSL_FLAG(int, reps, 50, "rows timed per sampler (the best of three passes is printed)");
 

@@ -9,9 +9,9 @@
 #include "cli/remote_client.h"
 #include "cli/remote_commands.h"
 #include "cli/remote_request.h"
-#include "engine/chat_format.h"
+#include "engine/tokenizer/chat_format.h"
 #include "engine/generate.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace layerpipe::cli {
 namespace {

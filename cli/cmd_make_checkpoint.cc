@@ -3,7 +3,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "engine/checkpoint_writer.h"
+#include "tools/checkpoint/checkpoint_writer.h"
 
 namespace layerpipe::cli {
 namespace {

@@ -3,7 +3,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace layerpipe::cli {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/chat_format.h"
+#include "engine/tokenizer/chat_format.h"
 
 namespace layerpipe {
 namespace {

@@ -11,8 +11,8 @@
 
 #include "coordinator/client_gate.h"
 #include "coordinator/pipeline.h"
-#include "engine/config.h"
-#include "engine/tokenizer.h"
+#include "engine/model/config.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "proto/layerpipe.grpc.pb.h"
 
 namespace layerpipe {

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/kv_bytes.h"
 
 namespace layerpipe {
 namespace {
@@ -57,7 +58,7 @@ absl::Status Pipeline::AssignAll(uint64_t epoch, absl::Duration rpc_deadline) {
     if (s + 1 < stages_.size()) req.set_next_address(stages_[s + 1].address);
     req.set_coordinator_address(self_address_);
     req.set_epoch(epoch);
-    req.set_precision(opt_.precision);
+    req.set_precision(PrecisionName(opt_.precision));
     req.set_stage(static_cast<int>(s));
     v1::AssignResponse resp;
     grpc::ClientContext ctx;
@@ -129,7 +130,8 @@ absl::Status Pipeline::Enqueue(std::shared_ptr<Request> r) {
     return absl::UnavailableError(absl::StrCat("the pipeline is not serving: ", fault_.empty() ? "starting" : fault_));
   }
   for (size_t s = 0; s < stages_.size(); ++s) {
-    const int64_t need = KvBytesForSequence(config_, stages_[s].range, tokens, BytesPerValue());
+    const int64_t need =
+        KvBytesAtLength(config_, stages_[s].range.begin, stages_[s].range.end, opt_.precision, tokens);
     if (need > stages_[s].kv_capacity) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "a sequence of ", tokens, " tokens needs ", need, " bytes of KV cache on stage ", s, " (",

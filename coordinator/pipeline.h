@@ -21,7 +21,8 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/planner.h"
 #include "coordinator/request.h"
-#include "engine/config.h"
+#include "engine/model/config.h"
+#include "engine/model/precision.h"
 #include "proto/layerpipe.grpc.pb.h"
 
 namespace layerpipe {
@@ -30,7 +31,7 @@ struct PipelineOptions {
   std::string model_dir;
   std::vector<std::string> workers;  // pipeline order
   std::vector<LayerRange> ranges;
-  std::string precision = "bf16";
+  Precision precision = Precision::kBf16;
   int64_t prefill_chunk = 256;
   int max_batch = 64;                // decode slices per step
   absl::Duration recovery_deadline = absl::Seconds(30);
@@ -102,7 +103,6 @@ class Pipeline {
   void Admit();                                              // under mu_
   void Recover(std::unique_lock<std::mutex>& lock, const std::string& why);
   absl::Status Enqueue(std::shared_ptr<Request> request);  // Submit, but for counting its outcome
-  int BytesPerValue() const { return opt_.precision == "fp32" ? 4 : 2; }
 
   const ModelConfig config_;
   const PipelineOptions opt_;

@@ -6,7 +6,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "engine/kv_cache.h"
 
 namespace layerpipe {
 namespace {
@@ -83,18 +82,5 @@ absl::StatusOr<std::vector<LayerRange>> ParseLayerSplit(const std::string& text,
   return ranges;
 }
 
-int64_t KvBytesForSequence(const ModelConfig& c, const LayerRange& r, int64_t tokens, int bytes_per_value) {
-  int64_t bytes = 0;
-  for (int l = r.begin; l < r.end; ++l) {
-    const int64_t width = int64_t(c.KvHeads(l)) * c.HeadDim(l);
-    // Mirrors LayerKvCache: a ring of `window` rows, or pages of kPageTokens rows; K and V each.
-    const int64_t rows = c.layer_types[l] == LayerType::kFull
-                             ? (tokens + LayerKvCache::kPageTokens - 1) / LayerKvCache::kPageTokens *
-                                   LayerKvCache::kPageTokens
-                             : c.sliding_window;
-    bytes += rows * 2 * width * bytes_per_value;
-  }
-  return bytes;
-}
 
 }  // namespace layerpipe

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/config.h"
+#include "engine/model/config.h"
 
 namespace layerpipe {
 
@@ -23,9 +23,6 @@ std::vector<LayerRange> PlanLayerRanges(const ModelConfig& config, int workers);
 // in order, one per worker.
 absl::StatusOr<std::vector<LayerRange>> ParseLayerSplit(const std::string& text, const ModelConfig& config,
                                                         int workers);
-
-// Bytes of KV cache a sequence of `tokens` positions needs on the layers of `range`.
-int64_t KvBytesForSequence(const ModelConfig& config, const LayerRange& range, int64_t tokens, int bytes_per_value);
 
 }  // namespace layerpipe
 

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/sampler.h"
-#include "engine/stop_conditions.h"
-#include "engine/tokenizer.h"
+#include "engine/sampling/sampler.h"
+#include "engine/sampling/stop_conditions.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "proto/layerpipe.pb.h"
 
 namespace layerpipe {

@@ -15,8 +15,8 @@
 #include "coordinator/api_service.h"
 #include "coordinator/pipeline.h"
 #include "coordinator/planner.h"
-#include "engine/stop_conditions.h"
-#include "engine/tokenizer.h"
+#include "engine/sampling/stop_conditions.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace layerpipe {
 namespace {
@@ -55,7 +55,6 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
   if (s.listen.empty() || s.model.empty() || s.workers.empty()) {
     return usage("--listen, --model and --workers are required");
   }
-  if (s.precision != "bf16" && s.precision != "fp32") return usage("--precision must be bf16 or fp32");
   if (s.prefill_chunk <= 0 || s.max_batch <= 0) return usage("--prefill-chunk and --max-batch must be positive");
   auto config = LoadModelConfig(s.model);
   if (!config.ok()) return fail(std::string(config.status().message()));

@@ -11,6 +11,7 @@
 
 #include "absl/time/time.h"
 #include "coordinator/coordinator_security.h"
+#include "engine/model/precision.h"
 
 namespace layerpipe {
 
@@ -23,7 +24,7 @@ struct CoordinatorSettings {
   std::string advertise_host;
   std::vector<std::string> workers;  // pipeline order
   std::string layer_split;
-  std::string precision = "bf16";
+  Precision precision = Precision::kBf16;
   int64_t prefill_chunk = 256;
   int max_batch = 64;
   absl::Duration recovery_deadline = absl::Seconds(30);

@@ -3,7 +3,7 @@
 
 Prints the sizing tables of docs/deploy.md (between its `sizing:begin` and `sizing:end` markers); with
 --check FILE, exits 1 unless FILE holds exactly these tables. The shapes are those of
-shared/docs/MODEL.md; the KV rules mirror engine/kv_cache.h (a sliding layer allocates its whole window
+shared/docs/MODEL.md; the KV rules mirror engine/cpu/kv_cache.h (a sliding layer allocates its whole window
 ring at a sequence's first token, a full layer grows by pages of 256 positions) and the default split is a
 port of coordinator/planner.cc's PlanLayerRanges.
 """

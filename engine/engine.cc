@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "engine/layer_executor.h"
+#include "engine/cpu/cpu_backend.h"
 
 namespace layerpipe {
 
@@ -25,7 +25,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& model_di
     if (!backend.ok()) return backend.status();
     e->executor_ = std::move(*backend);
   } else {
-    e->executor_ = std::make_unique<LayerRangeExecutor>(*e->weights_, options.precision, *e->pool_);
+    e->executor_ = std::make_unique<CpuBackend>(*e->weights_, options.precision, *e->pool_);
   }
   return e;
 }

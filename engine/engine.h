@@ -10,12 +10,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/config.h"
+#include "engine/model/config.h"
 #include "engine/cpu/thread_pool.h"
-#include "engine/layer_backend.h"
-#include "engine/logit_summary.h"
-#include "engine/precision.h"
-#include "engine/weights.h"
+#include "engine/backend/layer_backend.h"
+#include "engine/sampling/logit_summary.h"
+#include "engine/model/precision.h"
+#include "engine/model/weights.h"
 
 namespace layerpipe {
 

@@ -10,9 +10,9 @@
 
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
-#include "engine/sampler.h"
-#include "engine/stop_conditions.h"
-#include "engine/tokenizer.h"
+#include "engine/sampling/sampler.h"
+#include "engine/sampling/stop_conditions.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace layerpipe {
 

@@ -1,6 +1,6 @@
 #include "mpi/job_control.h"
 
-#include "mpi/mpi_poll.h"
+#include "transport/mpi/mpi_poll.h"
 
 namespace layerpipe {
 namespace {

@@ -1,6 +1,6 @@
 // Rank-to-rank control of a layerpipe-mpi job, on its own communicator: the start-up exchange of
 // worker addresses, the stop message rank 0 sends the workers, the stop request a worker sends rank 0
-// (it got a signal), and the final barrier. Every wait polls (mpi/mpi_poll.h).
+// (it got a signal), and the final barrier. Every wait polls (transport/mpi/mpi_poll.h).
 #ifndef LAYERPIPE_MPI_JOB_CONTROL_H_
 #define LAYERPIPE_MPI_JOB_CONTROL_H_
 

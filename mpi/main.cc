@@ -22,32 +22,21 @@
 #include "backend/backend_factory.h"
 #include "common/dash_flags.h"
 #include "common/host_name.h"
+#include "coordinator/coordinator_flags.h"
 #include "coordinator/run_coordinator.h"
 #include "mpi/client_command.h"
 #include "mpi/coordinator_rank.h"
-#include "mpi/frame_link.h"
+#include "transport/mpi/frame_link.h"
 #include "mpi/job_control.h"
-#include "mpi/mpi_poll.h"
+#include "transport/mpi/mpi_poll.h"
 #include "mpi/worker_rank.h"
 #include "worker/byte_size.h"
 
-ABSL_FLAG(std::string, model, "", "checkpoint directory, at the same path on every node (required)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "rank 0: address to serve clients on (port 0: any free port)");
 ABSL_FLAG(std::string, advertise, "",
           "rank 0: address the last worker reports to (default: this host's name and the --listen port "
           "when --listen is a wildcard, else --listen)");
-ABSL_FLAG(std::string, layer_split, "", "explicit ranges like 0-4,5-11, one per worker rank (default: balanced)");
-ABSL_FLAG(std::string, precision, "bf16", "bf16 or fp32");
-ABSL_FLAG(int64_t, prefill_chunk, 256, "prompt tokens per step for one sequence");
-ABSL_FLAG(int, max_batch, 64, "decode sequences per step");
 ABSL_FLAG(absl::Duration, startup_timeout, absl::Seconds(300), "how long rank 0 waits for the workers to load");
-ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(120), "a step not back by then means a hung worker");
-ABSL_FLAG(absl::Duration, recovery_deadline, absl::Seconds(30),
-          "how long in-flight requests wait for a lost worker before failing");
-ABSL_FLAG(absl::Duration, health_interval, absl::Seconds(1), "how often rank 0 probes the workers");
-ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(60),
-          "at shutdown, how long admitted requests may take to finish");
-ABSL_FLAG(std::string, metrics_listen, "", "rank 0: serve Prometheus metrics at http://HOST:PORT/metrics");
 ABSL_FLAG(std::string, worker_listen, "127.0.0.1:0",
           "worker ranks: gRPC control address (use 0.0.0.0:0 when ranks span several hosts)");
 ABSL_FLAG(std::string, worker_advertise_host, "",
@@ -74,19 +63,10 @@ Parsed ParseSettings() {
   Parsed p;
   CoordinatorSettings& c = p.coordinator;
   c.program = "layerpipe-mpi";
-  c.model = absl::GetFlag(FLAGS_model);
+  ReadSharedCoordinatorFlags(&c);
   c.listen = absl::GetFlag(FLAGS_listen);
   c.advertise = absl::GetFlag(FLAGS_advertise);
-  c.layer_split = absl::GetFlag(FLAGS_layer_split);
-  c.precision = absl::GetFlag(FLAGS_precision);
-  c.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
-  c.max_batch = absl::GetFlag(FLAGS_max_batch);
   c.startup_timeout = absl::GetFlag(FLAGS_startup_timeout);
-  c.step_timeout = absl::GetFlag(FLAGS_step_timeout);
-  c.recovery_deadline = absl::GetFlag(FLAGS_recovery_deadline);
-  c.health_interval = absl::GetFlag(FLAGS_health_interval);
-  c.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
-  c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   if (IsWildcardHost(HostOf(c.listen))) c.advertise_host = LocalHostName(/*fallback=*/"");
 
   WorkerRankSettings& w = p.worker;

@@ -15,8 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/host_name.h"
-#include "mpi/mpi_next_hop.h"
-#include "mpi/mpi_poll.h"
+#include "transport/mpi/mpi_next_hop.h"
+#include "transport/mpi/mpi_poll.h"
 #include "mpi/rank_protocol.h"
 #include "worker/worker_server.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "backend/backend_factory.h"
-#include "mpi/frame_link.h"
+#include "transport/mpi/frame_link.h"
 #include "mpi/job_control.h"
 
 namespace layerpipe {

@@ -1,4 +1,4 @@
-#include "worker/failed_links.h"
+#include "transport/failed_links.h"
 
 namespace layerpipe {
 

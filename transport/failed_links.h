@@ -3,8 +3,8 @@
 // containers that do not share an IPC namespace, NCCL that cannot connect — fails again in every
 // epoch; the receiver then declines that sender's later offers, so the pipeline falls back to the host
 // transport after one recovery instead of failing the same way after every one.
-#ifndef LAYERPIPE_WORKER_FAILED_LINKS_H_
-#define LAYERPIPE_WORKER_FAILED_LINKS_H_
+#ifndef LAYERPIPE_TRANSPORT_FAILED_LINKS_H_
+#define LAYERPIPE_TRANSPORT_FAILED_LINKS_H_
 
 #include <map>
 #include <mutex>
@@ -32,4 +32,4 @@ class FailedDeviceLinks {
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_WORKER_FAILED_LINKS_H_
+#endif  // LAYERPIPE_TRANSPORT_FAILED_LINKS_H_

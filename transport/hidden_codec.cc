@@ -1,9 +1,9 @@
-#include "worker/hidden_codec.h"
+#include "transport/hidden_codec.h"
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "engine/cpu/bf16.h"
+#include "engine/model/bf16.h"
 
 namespace layerpipe {
 

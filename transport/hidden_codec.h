@@ -1,6 +1,6 @@
 // Hidden-state blocks on the wire: [rows, hidden_size] row-major, fp32 or bf16 (StepFrame.hidden).
-#ifndef LAYERPIPE_WORKER_HIDDEN_CODEC_H_
-#define LAYERPIPE_WORKER_HIDDEN_CODEC_H_
+#ifndef LAYERPIPE_TRANSPORT_HIDDEN_CODEC_H_
+#define LAYERPIPE_TRANSPORT_HIDDEN_CODEC_H_
 
 #include <cstdint>
 #include <string>
@@ -23,4 +23,4 @@ void EncodeHidden(const float* hidden, int64_t rows, int64_t hidden_size, v1::Hi
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_WORKER_HIDDEN_CODEC_H_
+#endif  // LAYERPIPE_TRANSPORT_HIDDEN_CODEC_H_

@@ -1,8 +1,8 @@
-#include "worker/next_hop.h"
+#include "transport/next_hop.h"
 
 #include <vector>
 
-#include "worker/hidden_codec.h"
+#include "transport/hidden_codec.h"
 
 namespace layerpipe {
 

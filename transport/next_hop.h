@@ -2,15 +2,15 @@
 // a NextHop only moves one frame and brings back the next stage's verdict, so every transport keeps the
 // same error semantics as the gRPC Step call. A transport that moves the hidden rows some other way
 // (e.g. device memory over NCCL) can still wrap a plain hop for the frame's metadata and verdict.
-#ifndef LAYERPIPE_WORKER_NEXT_HOP_H_
-#define LAYERPIPE_WORKER_NEXT_HOP_H_
+#ifndef LAYERPIPE_TRANSPORT_NEXT_HOP_H_
+#define LAYERPIPE_TRANSPORT_NEXT_HOP_H_
 
 #include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/device_handoff.h"
+#include "engine/backend/device_handoff.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/layerpipe.grpc.pb.h"
 
@@ -62,4 +62,4 @@ using NextHopFactory = std::function<absl::StatusOr<std::shared_ptr<NextHop>>(co
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_WORKER_NEXT_HOP_H_
+#endif  // LAYERPIPE_TRANSPORT_NEXT_HOP_H_

@@ -1,4 +1,4 @@
-#include "worker/outbox.h"
+#include "transport/outbox.h"
 
 #include <algorithm>
 #include <cstdio>

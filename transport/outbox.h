@@ -1,7 +1,7 @@
 // What a stage sends: frames to the next stage and results to the coordinator, in the order the
 // compute thread produced them, from a thread of their own so sending never delays the next step.
-#ifndef LAYERPIPE_WORKER_OUTBOX_H_
-#define LAYERPIPE_WORKER_OUTBOX_H_
+#ifndef LAYERPIPE_TRANSPORT_OUTBOX_H_
+#define LAYERPIPE_TRANSPORT_OUTBOX_H_
 
 #include <atomic>
 #include <condition_variable>
@@ -14,7 +14,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/layerpipe.grpc.pb.h"
-#include "worker/next_hop.h"
+#include "transport/next_hop.h"
 
 namespace layerpipe {
 
@@ -86,4 +86,4 @@ class Outbox {
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_WORKER_OUTBOX_H_
+#endif  // LAYERPIPE_TRANSPORT_OUTBOX_H_

@@ -1,4 +1,4 @@
-#include "worker/peer_link_hop.h"
+#include "transport/peer_link_hop.h"
 
 #include <cstdio>
 #include <utility>

@@ -3,8 +3,8 @@
 // (gRPC, or MPI inside layerpipe-mpi).
 // The link is set up on the first frame (OpenPeerLink to the next worker, then both join); a next stage
 // that declines (a CPU worker) makes this hop send activations in the frame for good.
-#ifndef LAYERPIPE_WORKER_PEER_LINK_HOP_H_
-#define LAYERPIPE_WORKER_PEER_LINK_HOP_H_
+#ifndef LAYERPIPE_TRANSPORT_PEER_LINK_HOP_H_
+#define LAYERPIPE_TRANSPORT_PEER_LINK_HOP_H_
 
 #include <atomic>
 #include <cstdint>
@@ -12,8 +12,8 @@
 #include <mutex>
 #include <string>
 
-#include "engine/layer_backend.h"
-#include "worker/next_hop.h"
+#include "engine/backend/layer_backend.h"
+#include "transport/next_hop.h"
 
 namespace layerpipe {
 
@@ -58,4 +58,4 @@ class PeerLinkHop final : public NextHop {
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_WORKER_PEER_LINK_HOP_H_
+#endif  // LAYERPIPE_TRANSPORT_PEER_LINK_HOP_H_

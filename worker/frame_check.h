@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "engine/sampler.h"
+#include "engine/sampling/sampler.h"
 #include "proto/layerpipe.pb.h"
 
 namespace layerpipe {

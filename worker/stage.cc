@@ -4,10 +4,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "worker/hidden_codec.h"
-#include "worker/kv_bytes.h"
-#include "engine/logit_summary.h"
-#include "engine/logprobs.h"
+#include "transport/hidden_codec.h"
+#include "engine/model/kv_bytes.h"
+#include "engine/sampling/logit_summary.h"
+#include "engine/sampling/logprobs.h"
 
 namespace layerpipe {
 
@@ -162,7 +162,7 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
 
   // Which rows need logits, in row order, and the result each slice fills. A row that only picks a
   // token, with a sampler that can work from a summary (greedy, top-k, or plain temperature), gets one
-  // (engine/logit_summary.h): on a GPU its logits never leave the device. The others need the whole row.
+  // (engine/sampling/logit_summary.h): on a GPU its logits never leave the device. The others need the whole row.
   struct RowUse {
     int slice;
     int64_t r;        // row within the slice

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/layer_backend.h"
-#include "engine/logprobs.h"
-#include "engine/precision.h"
-#include "engine/sampler.h"
-#include "engine/weights.h"
+#include "engine/backend/layer_backend.h"
+#include "engine/sampling/logprobs.h"
+#include "engine/model/precision.h"
+#include "engine/sampling/sampler.h"
+#include "engine/model/weights.h"
 #include "proto/layerpipe.pb.h"
 #include "worker/frame_check.h"
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/device_handoff.h"
+#include "engine/backend/device_handoff.h"
 #include "proto/layerpipe.pb.h"
 
 namespace layerpipe {

@@ -8,12 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/host_name.h"
-#include "engine/config.h"
-#include "engine/layer_executor.h"
+#include "engine/model/config.h"
+#include "engine/cpu/cpu_backend.h"
 #include "worker/byte_size.h"
 #include "worker/frame_check.h"
-#include "worker/hidden_codec.h"
-#include "worker/peer_link_hop.h"
+#include "transport/hidden_codec.h"
+#include "transport/peer_link_hop.h"
 
 namespace layerpipe {
 namespace {
@@ -180,7 +180,7 @@ absl::Status WorkerService::DoAssign(const v1::AssignRequest& in, v1::AssignResp
     if (!made.ok()) return made.status();
     backend = std::move(*made);
   } else {
-    backend = std::make_unique<LayerRangeExecutor>(*a->weights, precision, pool_);
+    backend = std::make_unique<CpuBackend>(*a->weights, precision, pool_);
   }
   a->stage = std::make_unique<Stage>(a->weights, so, std::move(backend));
   if (!request.last()) {

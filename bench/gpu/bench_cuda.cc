@@ -18,12 +18,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_checkpoint.h"
-#include "engine/checkpoint_writer.h"
-#include "engine/config.h"
+#include "tools/checkpoint/checkpoint_writer.h"
+#include "engine/model/config.h"
 #include "engine/cuda/cuda_backend.h"
-#include "engine/logit_summary.h"
-#include "engine/sampler.h"
-#include "engine/weights.h"
+#include "engine/sampling/logit_summary.h"
+#include "engine/sampling/sampler.h"
+#include "engine/model/weights.h"
 
 ABSL_FLAG(std::string, model, "", "checkpoint directory (empty: generate a 12B-shaped one under --workdir)");
 ABSL_FLAG(std::string, workdir, "/tmp/layerpipe_bench", "where a generated checkpoint is kept (reused)");

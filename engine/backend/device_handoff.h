@@ -1,7 +1,7 @@
 // Hidden rows that stay in device memory between neighbouring GPU stages, and the point-to-point link
 // (NCCL) that moves them. Backends without device memory never make either (LayerBackend defaults).
-#ifndef LAYERPIPE_ENGINE_DEVICE_HANDOFF_H_
-#define LAYERPIPE_ENGINE_DEVICE_HANDOFF_H_
+#ifndef LAYERPIPE_ENGINE_BACKEND_DEVICE_HANDOFF_H_
+#define LAYERPIPE_ENGINE_BACKEND_DEVICE_HANDOFF_H_
 
 #include <cstdint>
 #include <memory>
@@ -47,4 +47,4 @@ class PeerLink {
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_DEVICE_HANDOFF_H_
+#endif  // LAYERPIPE_ENGINE_BACKEND_DEVICE_HANDOFF_H_

@@ -1,8 +1,8 @@
 // The backend seam: something that runs a contiguous range of decoder layers (and, when it holds them,
 // the embedding and the tied head) on a batch of sequence slices. The CPU executor and the CUDA backend
 // implement it; stages and the engine only talk to this interface.
-#ifndef LAYERPIPE_ENGINE_LAYER_BACKEND_H_
-#define LAYERPIPE_ENGINE_LAYER_BACKEND_H_
+#ifndef LAYERPIPE_ENGINE_BACKEND_LAYER_BACKEND_H_
+#define LAYERPIPE_ENGINE_BACKEND_LAYER_BACKEND_H_
 
 #include <atomic>
 #include <cstdint>
@@ -15,11 +15,11 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/cpu/thread_pool.h"
-#include "engine/device_handoff.h"
-#include "engine/logit_summary.h"
-#include "engine/precision.h"
-#include "engine/sequence_state.h"
-#include "engine/weights.h"
+#include "engine/backend/device_handoff.h"
+#include "engine/sampling/logit_summary.h"
+#include "engine/model/precision.h"
+#include "engine/backend/sequence_state.h"
+#include "engine/model/weights.h"
 
 namespace layerpipe {
 
@@ -50,7 +50,7 @@ class LayerBackend {
   // Last stage: softcapped logits of `rows` host hidden rows into host logits [rows, vocab].
   virtual absl::Status Logits(const float* hidden, int64_t rows, float* logits) = 0;
 
-  // Last stage: the summary requests[r] asks for of each host hidden row r (engine/logit_summary.h),
+  // Last stage: the summary requests[r] asks for of each host hidden row r (engine/sampling/logit_summary.h),
   // into *out. This default computes the logits with Logits and summarises them on the host; a device
   // backend summarises where the logits are and copies back only the summaries.
   virtual absl::Status SummarizeLogits(const float* hidden, absl::Span<const LogitRowRequest> requests,
@@ -73,7 +73,7 @@ class LayerBackend {
   virtual const ModelWeights& weights() const = 0;
   virtual Precision precision() const = 0;
 
-  // ---- Device hand-off between GPU stages (engine/device_handoff.h); the defaults mean "none".
+  // ---- Device hand-off between GPU stages (engine/backend/device_handoff.h); the defaults mean "none".
 
   // True when ForwardToDevice and the peer-link calls work.
   virtual bool device_handoff() const { return false; }
@@ -113,4 +113,4 @@ using BackendMaker =
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_LAYER_BACKEND_H_
+#endif  // LAYERPIPE_ENGINE_BACKEND_LAYER_BACKEND_H_

@@ -1,7 +1,7 @@
 // What a backend keeps for one sequence between steps: its KV caches (in host or device memory) and
 // how many positions they hold. Only the backend that made a state reads its caches.
-#ifndef LAYERPIPE_ENGINE_SEQUENCE_STATE_H_
-#define LAYERPIPE_ENGINE_SEQUENCE_STATE_H_
+#ifndef LAYERPIPE_ENGINE_BACKEND_SEQUENCE_STATE_H_
+#define LAYERPIPE_ENGINE_BACKEND_SEQUENCE_STATE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -17,7 +17,7 @@ class SequenceState {
   void Advance(int64_t n) { length_ += n; }
 
   // Cache bytes held now, and the part of them in sliding-window rings (the rest is full-attention
-  // pages). Every backend allocates the same layout, so worker/kv_bytes.h predicts both.
+  // pages). Every backend allocates the same layout, so engine/model/kv_bytes.h predicts both.
   virtual size_t bytes() const = 0;
   virtual size_t sliding_bytes() const = 0;
 
@@ -27,4 +27,4 @@ class SequenceState {
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_SEQUENCE_STATE_H_
+#endif  // LAYERPIPE_ENGINE_BACKEND_SEQUENCE_STATE_H_

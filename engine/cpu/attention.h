@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/kv_cache.h"
-#include "engine/precision.h"
+#include "engine/cpu/kv_cache.h"
+#include "engine/model/precision.h"
 
 namespace layerpipe {
 

@@ -1,4 +1,4 @@
-#include "engine/layer_executor.h"
+#include "engine/cpu/cpu_backend.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/attention.h"
-#include "engine/cpu/bf16.h"
+#include "engine/model/bf16.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/ops.h"
 
@@ -19,13 +19,13 @@ constexpr int64_t kAttentionRowsPerTask = 16;
 
 }  // namespace
 
-LayerRangeExecutor::LayerRangeExecutor(const ModelWeights& weights, Precision precision, ThreadPool& pool)
+CpuBackend::CpuBackend(const ModelWeights& weights, Precision precision, ThreadPool& pool)
     : w_(weights), cfg_(weights.config()), precision_(precision), pool_(pool) {
   inv_freq_sliding_ = RopeInvFreq(cfg_.head_dim, cfg_.rope_sliding.theta, cfg_.rope_sliding.partial_rotary_factor);
   inv_freq_full_ = RopeInvFreq(cfg_.global_head_dim, cfg_.rope_full.theta, cfg_.rope_full.partial_rotary_factor);
 }
 
-std::unique_ptr<SequenceState> LayerRangeExecutor::NewSequence() const {
+std::unique_ptr<SequenceState> CpuBackend::NewSequence() const {
   std::vector<LayerKvCache> layers;
   for (int l = layer_begin(); l < layer_end(); ++l) {
     const bool full = cfg_.layer_types[l] == LayerType::kFull;
@@ -34,11 +34,11 @@ std::unique_ptr<SequenceState> LayerRangeExecutor::NewSequence() const {
   return std::make_unique<SequenceKv>(std::move(layers), layer_begin());
 }
 
-void LayerRangeExecutor::Matmul(const float* x, int64_t m, const Bf16Matrix& w, float* y) {
+void CpuBackend::Matmul(const float* x, int64_t m, const Bf16Matrix& w, float* y) {
   MatmulBf16(x, m, w.cols, w.data, w.rows, y, pool_, precision_ == Precision::kBf16);
 }
 
-absl::Status LayerRangeExecutor::Embed(absl::Span<const int32_t> ids, float* hidden) {
+absl::Status CpuBackend::Embed(absl::Span<const int32_t> ids, float* hidden) {
   const Bf16Matrix& e = w_.embed_tokens();
   if (e.empty()) return absl::FailedPreconditionError("this stage does not hold the embedding");
   const int64_t H = cfg_.hidden_size;
@@ -58,7 +58,7 @@ absl::Status LayerRangeExecutor::Embed(absl::Span<const int32_t> ids, float* hid
   return absl::OkStatus();
 }
 
-absl::Status LayerRangeExecutor::Logits(const float* hidden, int64_t rows, float* logits) {
+absl::Status CpuBackend::Logits(const float* hidden, int64_t rows, float* logits) {
   const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
   normed_.resize(static_cast<size_t>(rows * H));
   for (int64_t r = 0; r < rows; ++r) {
@@ -74,7 +74,7 @@ absl::Status LayerRangeExecutor::Logits(const float* hidden, int64_t rows, float
   return absl::OkStatus();
 }
 
-absl::Status LayerRangeExecutor::Forward(absl::Span<const SequenceSlice> slices, float* hidden) {
+absl::Status CpuBackend::Forward(absl::Span<const SequenceSlice> slices, float* hidden) {
   std::set<const SequenceState*> seen;
   std::vector<int64_t> positions;
   for (const SequenceSlice& s : slices) {
@@ -101,7 +101,7 @@ absl::Status LayerRangeExecutor::Forward(absl::Span<const SequenceSlice> slices,
   return absl::OkStatus();
 }
 
-void LayerRangeExecutor::RunLayer(int l, absl::Span<const SequenceSlice> slices,
+void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
                                   const std::vector<int64_t>& positions, float* h) {
   const LayerWeights& L = w_.layer(l);
   const bool full = cfg_.layer_types[l] == LayerType::kFull;

@@ -1,7 +1,7 @@
 // The CPU backend: runs a contiguous range of decoder layers on a batch of sequence slices with the
 // host thread pool, weights read in place from the mmapped checkpoint. [0,a) then [a,L) equals [0,L).
-#ifndef LAYERPIPE_ENGINE_LAYER_EXECUTOR_H_
-#define LAYERPIPE_ENGINE_LAYER_EXECUTOR_H_
+#ifndef LAYERPIPE_ENGINE_CPU_CPU_BACKEND_H_
+#define LAYERPIPE_ENGINE_CPU_CPU_BACKEND_H_
 
 #include <cstdint>
 #include <memory>
@@ -10,17 +10,17 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "engine/cpu/thread_pool.h"
-#include "engine/kv_cache.h"
-#include "engine/layer_backend.h"
-#include "engine/precision.h"
-#include "engine/weights.h"
+#include "engine/cpu/kv_cache.h"
+#include "engine/backend/layer_backend.h"
+#include "engine/model/precision.h"
+#include "engine/model/weights.h"
 
 namespace layerpipe {
 
-class LayerRangeExecutor final : public LayerBackend {
+class CpuBackend final : public LayerBackend {
  public:
   // Serves the layers of weights.selection(); uses the embedding / head when the selection maps them.
-  LayerRangeExecutor(const ModelWeights& weights, Precision precision, ThreadPool& pool);
+  CpuBackend(const ModelWeights& weights, Precision precision, ThreadPool& pool);
 
   std::string device() const override { return "cpu"; }
   std::unique_ptr<SequenceState> NewSequence() const override;
@@ -47,4 +47,4 @@ class LayerRangeExecutor final : public LayerBackend {
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_LAYER_EXECUTOR_H_
+#endif  // LAYERPIPE_ENGINE_CPU_CPU_BACKEND_H_

@@ -1,39 +1,29 @@
-#include "engine/kv_cache.h"
+#include "engine/cpu/kv_cache.h"
 
 #include <cstring>
+
+#include "engine/model/kv_bytes.h"
+#include "engine/model/kv_layout.h"
 
 namespace layerpipe {
 
 LayerKvCache::LayerKvCache(bool ring, int64_t window, int64_t row_width, Precision precision)
-    : ring_(ring), window_(window), width_(row_width), elem_(precision == Precision::kFp32 ? 4 : 2) {}
+    : ring_(ring), window_(window), width_(row_width), elem_(static_cast<size_t>(KvElementBytes(precision))) {}
 
 void LayerKvCache::Reserve(int64_t end) {
-  if (ring_) {
-    if (blocks_.empty()) {
-      blocks_.emplace_back(new uint8_t[static_cast<size_t>(window_ * 2 * width_) * elem_]);
-    }
-    return;
-  }
-  while (static_cast<int64_t>(blocks_.size()) * kPageTokens < end) {
-    blocks_.emplace_back(new uint8_t[static_cast<size_t>(kPageTokens * 2 * width_) * elem_]);
+  const size_t block_bytes = static_cast<size_t>(kv::BlockBytes(ring_, window_, width_, static_cast<int64_t>(elem_)));
+  while (static_cast<int64_t>(blocks_.size()) < kv::BlocksAt(ring_, end)) {
+    blocks_.emplace_back(new uint8_t[block_bytes]);
   }
 }
 
 uint8_t* LayerKvCache::Row(int64_t pos, int which) {
-  int64_t block, slot;
-  if (ring_) {
-    block = 0;
-    slot = pos % window_;
-  } else {
-    block = pos / kPageTokens;
-    slot = pos % kPageTokens;
-  }
-  return blocks_[block].get() + static_cast<size_t>((slot * 2 + which) * width_) * elem_;
+  const kv::Slot s = kv::SlotOf(pos, ring_, window_);
+  return blocks_[s.block].get() + static_cast<size_t>(kv::RowOffset(s.slot, which, width_)) * elem_;
 }
 
 size_t LayerKvCache::bytes() const {
-  const int64_t rows = ring_ ? window_ : kPageTokens;
-  return blocks_.size() * static_cast<size_t>(rows * 2 * width_) * elem_;
+  return blocks_.size() * static_cast<size_t>(kv::BlockBytes(ring_, window_, width_, static_cast<int64_t>(elem_)));
 }
 
 size_t SequenceKv::bytes() const {

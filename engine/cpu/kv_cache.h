@@ -1,22 +1,20 @@
 // Per-sequence KV caches of one layer range (MODEL.md §2, "What this means for the KV cache").
-#ifndef LAYERPIPE_ENGINE_KV_CACHE_H_
-#define LAYERPIPE_ENGINE_KV_CACHE_H_
+#ifndef LAYERPIPE_ENGINE_CPU_KV_CACHE_H_
+#define LAYERPIPE_ENGINE_CPU_KV_CACHE_H_
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "engine/precision.h"
-#include "engine/sequence_state.h"
+#include "engine/model/precision.h"
+#include "engine/backend/sequence_state.h"
 
 namespace layerpipe {
 
-// K and V rows ([kv_heads · head_dim] each) of one layer. A sliding layer keeps a ring of `window` slots
-// (older positions are never read again); a full layer keeps pages that grow with the context.
+// K and V rows ([kv_heads · head_dim] each) of one layer in host memory, laid out as engine/model/kv_layout.h
+// says: a ring of `window` slots for a sliding layer, pages that grow with the context for a full one.
 class LayerKvCache {
  public:
-  static constexpr int64_t kPageTokens = 256;
-
   LayerKvCache(bool ring, int64_t window, int64_t row_width, Precision precision);
 
   // Makes room for positions < end (allocates pages of a full layer).
@@ -41,7 +39,7 @@ class LayerKvCache {
   int64_t window_;
   int64_t width_;
   size_t elem_;
-  // Ring: one block of [window][2][width]; paged: pages of [kPageTokens][2][width].
+  // Ring: one block of [window][2][width]; paged: pages of [kv::kPageTokens][2][width].
   std::vector<std::unique_ptr<uint8_t[]>> blocks_;
 };
 
@@ -62,4 +60,4 @@ class SequenceKv final : public SequenceState {
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_KV_CACHE_H_
+#endif  // LAYERPIPE_ENGINE_CPU_KV_CACHE_H_

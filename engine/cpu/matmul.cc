@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "engine/cpu/bf16.h"
+#include "engine/model/bf16.h"
 #include "engine/cpu/matmul_kernels.h"
 
 namespace layerpipe {

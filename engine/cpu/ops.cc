@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/cpu/bf16.h"
+#include "engine/model/bf16.h"
 
 namespace layerpipe {
 namespace {

@@ -22,9 +22,9 @@ __device__ __forceinline__ const T* KeyRow(const KeySource& src, const SliceMeta
     return base + (s.row0 + (key - s.pos0)) * src.kv_width + head_off;
   }
   const bool ring = src.window > 0;
-  const KvSlot slot = KvSlotOf(key, ring, src.window);
+  const kv::Slot slot = kv::SlotOf(key, ring, src.window);
   const T* block = reinterpret_cast<const T*>(src.ptrs[kv_off + slot.block]);
-  return block + KvRowOffset(slot.slot, which, src.kv_width) + head_off;
+  return block + kv::RowOffset(slot.slot, which, src.kv_width) + head_off;
 }
 
 }  // namespace layerpipe::cuda

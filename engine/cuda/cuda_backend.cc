@@ -1,4 +1,4 @@
-// The CUDA LayerBackend: the CPU executor's forward pass (engine/layer_executor.cc) with the same
+// The CUDA LayerBackend: the CPU executor's forward pass (engine/cpu/cpu_backend.cc) with the same
 // precision semantics, on one device and one stream (plus a second that hands rows out). A step
 // uploads the hidden rows (or copies them from device rows) and a metadata buffer (slices, tiles,
 // rotary tables, cache block pointers), runs every layer, and downloads the hidden rows (or copies
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/cpu/bf16.h"
+#include "engine/model/bf16.h"
 #include "engine/cpu/ops.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/decode_graphs.h"
@@ -25,14 +25,14 @@
 #include "engine/cuda/device_rows.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
-#include "engine/cuda/ipc_link.h"
+#include "engine/cuda/links/ipc_link.h"
 #include "engine/cuda/kernels.h"
-#include "engine/cuda/nccl_link.h"
-#include "engine/cuda/peer_link_id.h"
+#include "engine/cuda/links/nccl_link.h"
+#include "engine/cuda/links/peer_link_id.h"
 #include "engine/cuda/step_plan.h"
 #include "engine/cuda/stream.h"
-#include "engine/logit_summary.h"
-#include "engine/sampler.h"
+#include "engine/sampling/logit_summary.h"
+#include "engine/sampling/sampler.h"
 
 namespace layerpipe {
 namespace cuda {

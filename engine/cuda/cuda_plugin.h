@@ -8,9 +8,9 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "engine/layer_backend.h"
-#include "engine/precision.h"
-#include "engine/weights.h"
+#include "engine/backend/layer_backend.h"
+#include "engine/model/precision.h"
+#include "engine/model/weights.h"
 
 namespace layerpipe {
 

@@ -1,15 +1,11 @@
 #include "engine/cuda/device_kv.h"
 
-#include "engine/cuda/kv_index.h"
-#include "engine/kv_cache.h"
+#include "engine/model/kv_layout.h"
 
 namespace layerpipe::cuda {
 
-static_assert(kPageTokens == LayerKvCache::kPageTokens, "device pages must match the CPU cache's");
-
 absl::Status DeviceLayerKv::Reserve(int64_t end) {
-  if (end <= 0) return absl::OkStatus();
-  const size_t want = ring_ ? 1 : static_cast<size_t>((end + kPageTokens - 1) / kPageTokens);
+  const size_t want = static_cast<size_t>(kv::BlocksAt(ring_, end));
   while (blocks_.size() < want) {
     DeviceBuffer b;
     LP_RETURN_IF_ERROR(b.Allocate(BlockBytes()));

@@ -1,6 +1,6 @@
-// Device-memory KV caches of one sequence for a layer range, in the CPU SequenceKv's layout and
-// allocation pattern (a sliding layer's whole ring on its first token, a full layer's pages of
-// kPageTokens positions as they fill), so bytes() and sliding_bytes() match it and worker/kv_bytes.h.
+// Device-memory KV caches of one sequence for a layer range, in the layout and allocation pattern of
+// engine/model/kv_layout.h (a sliding layer's whole ring on its first token, a full layer's pages as they
+// fill), so bytes() and sliding_bytes() match the CPU cache and engine/model/kv_bytes.h.
 #ifndef LAYERPIPE_ENGINE_CUDA_DEVICE_KV_H_
 #define LAYERPIPE_ENGINE_CUDA_DEVICE_KV_H_
 
@@ -9,8 +9,8 @@
 
 #include "absl/status/status.h"
 #include "engine/cuda/device_buffer.h"
-#include "engine/cuda/kv_index.h"
-#include "engine/sequence_state.h"
+#include "engine/model/kv_layout.h"
+#include "engine/backend/sequence_state.h"
 
 namespace layerpipe::cuda {
 
@@ -28,7 +28,9 @@ class DeviceLayerKv {
   size_t bytes() const { return blocks_.size() * BlockBytes(); }
 
  private:
-  size_t BlockBytes() const { return static_cast<size_t>((ring_ ? window_ : kPageTokens) * 2 * width_) * elem_; }
+  size_t BlockBytes() const {
+    return static_cast<size_t>(kv::BlockBytes(ring_, window_, width_, static_cast<int64_t>(elem_)));
+  }
 
   bool ring_;
   int64_t window_;

@@ -1,4 +1,4 @@
-// Hidden rows in one device's memory (engine/device_handoff.h), as the CUDA backend and the NCCL link
+// Hidden rows in one device's memory (engine/backend/device_handoff.h), as the CUDA backend and the NCCL link
 // make them. The memory comes from the device's stream-ordered pool on the producer's stream and goes
 // back to it on that stream, so neither allocating nor freeing waits for the device: a free that
 // synchronized the device would stall behind a link's transfer that waits for its peer.
@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/cuda/stream.h"
-#include "engine/device_handoff.h"
+#include "engine/backend/device_handoff.h"
 
 namespace layerpipe::cuda {
 

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/cuda/device_buffer.h"
-#include "engine/weights.h"
+#include "engine/model/weights.h"
 
 namespace layerpipe::cuda {
 

@@ -139,7 +139,7 @@ cudaError_t LaunchGemmAttentionSoftmax(const GemmAttentionParams& p, cudaStream_
 // out rows of the block = o.
 cudaError_t LaunchGemmAttentionScatter(const GemmAttentionParams& p, cudaStream_t stream);
 
-// ---- Sampling on the device (kernels_sample.cu): each row's LogitRowSummary (engine/logit_summary.h)
+// ---- Sampling on the device (kernels_sample.cu): each row's LogitRowSummary (engine/sampling/logit_summary.h)
 // from the raw (softcapped) logits, selections unordered; the host sorts the few entries.
 inline constexpr int kMaxSummaryBanned = 4;
 struct SummaryRowParams {

@@ -201,11 +201,11 @@ __global__ void StoreKvKernel(StoreKvParams p) {
   const SliceMeta s = p.slices[si];
   const int64_t i = r - s.row0;
   const bool ring = p.kv.window > 0;
-  if (!CacheKeepsRow(i, s.n, ring, p.kv.window)) return;
-  const KvSlot slot = KvSlotOf(s.pos0 + i, ring, p.kv.window);
+  if (!kv::CacheKeepsRow(i, s.n, ring, p.kv.window)) return;
+  const kv::Slot slot = kv::SlotOf(s.pos0 + i, ring, p.kv.window);
   T* block = reinterpret_cast<T*>(p.kv.ptrs[p.kv_offset[si] + slot.block]);
-  T* kdst = block + KvRowOffset(slot.slot, 0, p.kv.kv_width);
-  T* vdst = block + KvRowOffset(slot.slot, 1, p.kv.kv_width);
+  T* kdst = block + kv::RowOffset(slot.slot, 0, p.kv.kv_width);
+  T* vdst = block + kv::RowOffset(slot.slot, 1, p.kv.kv_width);
   const T* ksrc = static_cast<const T*>(p.kv.k_new) + r * p.kv.kv_width;
   const T* vsrc = static_cast<const T*>(p.kv.v_new) + r * p.kv.kv_width;
   constexpr int kVec = 16 / sizeof(T);

@@ -1,4 +1,4 @@
-// Sampling on the device: the LogitRowSummary (engine/logit_summary.h) of each logits row, so that only
+// Sampling on the device: the LogitRowSummary (engine/sampling/logit_summary.h) of each logits row, so that only
 // a few hundred bytes per sequence leave the GPU. The selections are exact: entries are ranked by a
 // 64-bit key (order-preserving float bits above the complemented id), which makes "higher value first,
 // lower id among equals" a plain integer order without ties, and a block-wide radix select finds the
@@ -9,7 +9,7 @@
 
 #include "engine/cuda/device_common.cuh"
 #include "engine/cuda/kernels.h"
-#include "engine/sample_weight.h"
+#include "engine/sampling/sample_weight.h"
 
 namespace layerpipe::cuda {
 namespace {
@@ -69,7 +69,7 @@ __global__ void PenalizeKernel(SummarizeParams p) {
   }
 }
 
-// One block per row: log Σ exp over the raw row (as engine/logprobs.cc: NaN ignored, a non-finite
+// One block per row: log Σ exp over the raw row (as engine/sampling/logprobs.cc: NaN ignored, a non-finite
 // maximum returned as is) and the fallback id (the raw argmax without NaN and banned ids).
 __global__ void __launch_bounds__(kSelectThreads) StatsKernel(SummarizeParams p) {
   __shared__ double scratch[32];
@@ -125,7 +125,7 @@ using sample_weight::LogBucket;
 using sample_weight::LogWeight;
 
 // One block per row with a draw or a total: the token whose cumulative weight, in id order over the
-// tokens that pass min-p, first exceeds u times their total (DrawFromWholeRow in engine/sampler.h), and
+// tokens that pass min-p, first exceeds u times their total (DrawFromWholeRow in engine/sampling/sampler.h), and
 // the whole row's weight before min-p (WholeRowTotalMass).
 //   The draw: each thread sums a contiguous run of ids and one thread combines the runs in order, so the
 //   result is deterministic and ordered like the host's sequential walk (the sums round differently, so a

@@ -1,8 +1,8 @@
 // bfloat16 <-> float32 conversion. bf16 values are carried as raw uint16_t bits (the upper half of
 // an IEEE float32). Narrowing rounds to nearest, ties to even, like PyTorch's .to(torch.bfloat16);
 // NaNs stay NaN (quietened, sign kept) and infinities stay infinite. Denormals are kept, not flushed.
-#ifndef LAYERPIPE_ENGINE_CPU_BF16_H_
-#define LAYERPIPE_ENGINE_CPU_BF16_H_
+#ifndef LAYERPIPE_ENGINE_MODEL_BF16_H_
+#define LAYERPIPE_ENGINE_MODEL_BF16_H_
 
 #include <immintrin.h>
 
@@ -76,4 +76,4 @@ inline void Bf16ToF32Row(const uint16_t* src, float* dst, int64_t n) {
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_CPU_BF16_H_
+#endif  // LAYERPIPE_ENGINE_MODEL_BF16_H_

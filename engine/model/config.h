@@ -1,6 +1,6 @@
 // Model configuration of the Gemma 4 text stack (MODEL.md §1), parsed and validated from config.json.
-#ifndef LAYERPIPE_ENGINE_CONFIG_H_
-#define LAYERPIPE_ENGINE_CONFIG_H_
+#ifndef LAYERPIPE_ENGINE_MODEL_CONFIG_H_
+#define LAYERPIPE_ENGINE_MODEL_CONFIG_H_
 
 #include <cstdint>
 #include <string>
@@ -65,4 +65,4 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_CONFIG_H_
+#endif  // LAYERPIPE_ENGINE_MODEL_CONFIG_H_

@@ -1,21 +1,29 @@
-// What a sequence's KV caches will take, computed ahead of running a step so the KV budget can refuse
-// the step before any memory is allocated.
-#ifndef LAYERPIPE_WORKER_KV_BYTES_H_
-#define LAYERPIPE_WORKER_KV_BYTES_H_
+// What a sequence's KV caches take on a range of layers (the layout of kv_layout.h applied to the
+// model's shapes): the worker checks its budget with it before running a step, the coordinator admits
+// requests with it, and every backend's caches report exactly these bytes.
+#ifndef LAYERPIPE_ENGINE_MODEL_KV_BYTES_H_
+#define LAYERPIPE_ENGINE_MODEL_KV_BYTES_H_
 
 #include <cstdint>
 
-#include "engine/config.h"
-#include "engine/precision.h"
+#include "engine/model/config.h"
+#include "engine/model/precision.h"
 
 namespace layerpipe {
 
-// SequenceKv::bytes() of a sequence of layers [layer_begin, layer_end) once it holds `length` tokens:
-// a sliding layer allocates its whole window ring on the first token, a full layer one page of
-// LayerKvCache::kPageTokens positions at a time.
+// Bytes of one K or V element in the cache.
+inline int64_t KvElementBytes(Precision precision) { return precision == Precision::kFp32 ? 4 : 2; }
+
+// Elements of one K (or V) row of `layer`: kv_heads · head_dim.
+inline int64_t KvRowWidth(const ModelConfig& config, int layer) {
+  return int64_t{config.KvHeads(layer)} * config.HeadDim(layer);
+}
+
+// Bytes the caches of layers [layer_begin, layer_end) hold once a sequence has `length` positions:
+// a sliding layer allocates its whole window ring on the first token, a full layer one page at a time.
 int64_t KvBytesAtLength(const ModelConfig& config, int layer_begin, int layer_end, Precision precision,
                         int64_t length);
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_WORKER_KV_BYTES_H_
+#endif  // LAYERPIPE_ENGINE_MODEL_KV_BYTES_H_

@@ -1,7 +1,10 @@
-#ifndef LAYERPIPE_ENGINE_PRECISION_H_
-#define LAYERPIPE_ENGINE_PRECISION_H_
+#ifndef LAYERPIPE_ENGINE_MODEL_PRECISION_H_
+#define LAYERPIPE_ENGINE_MODEL_PRECISION_H_
 
+#include <string>
 #include <string_view>
+
+#include "absl/strings/string_view.h"
 
 namespace layerpipe {
 
@@ -15,6 +18,17 @@ inline bool ParsePrecision(std::string_view s, Precision* out) {
   return false;
 }
 
+// The name ParsePrecision takes (and the wire's AssignRequest.precision carries).
+inline const char* PrecisionName(Precision p) { return p == Precision::kFp32 ? "fp32" : "bf16"; }
+
+// So that a Precision can be an absl flag (ABSL_FLAG(Precision, ...)): a bad value is refused at parsing.
+inline bool AbslParseFlag(absl::string_view text, Precision* out, std::string* error) {
+  if (ParsePrecision(std::string_view(text.data(), text.size()), out)) return true;
+  *error = "must be bf16 or fp32";
+  return false;
+}
+inline std::string AbslUnparseFlag(Precision p) { return PrecisionName(p); }
+
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_PRECISION_H_
+#endif  // LAYERPIPE_ENGINE_MODEL_PRECISION_H_

@@ -1,6 +1,6 @@
 // Memory-mapped safetensors checkpoints: one file, or shards listed in model.safetensors.index.json.
-#ifndef LAYERPIPE_ENGINE_SAFETENSORS_H_
-#define LAYERPIPE_ENGINE_SAFETENSORS_H_
+#ifndef LAYERPIPE_ENGINE_MODEL_SAFETENSORS_H_
+#define LAYERPIPE_ENGINE_MODEL_SAFETENSORS_H_
 
 #include <cstdint>
 #include <functional>
@@ -93,4 +93,4 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<const T
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_SAFETENSORS_H_
+#endif  // LAYERPIPE_ENGINE_MODEL_SAFETENSORS_H_

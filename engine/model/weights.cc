@@ -1,4 +1,4 @@
-#include "engine/weights.h"
+#include "engine/model/weights.h"
 
 #include <immintrin.h>
 
@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/cpu/bf16.h"
+#include "engine/model/bf16.h"
 
 namespace layerpipe {
 namespace {

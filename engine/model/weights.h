@@ -1,6 +1,6 @@
 // The text-stack weights of a layer range, checked against the config and kept bf16 in the mapping.
-#ifndef LAYERPIPE_ENGINE_WEIGHTS_H_
-#define LAYERPIPE_ENGINE_WEIGHTS_H_
+#ifndef LAYERPIPE_ENGINE_MODEL_WEIGHTS_H_
+#define LAYERPIPE_ENGINE_MODEL_WEIGHTS_H_
 
 #include <cstdint>
 #include <memory>
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/config.h"
-#include "engine/safetensors.h"
+#include "engine/model/config.h"
+#include "engine/model/safetensors.h"
 
 namespace layerpipe {
 
@@ -67,4 +67,4 @@ class ModelWeights {
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_WEIGHTS_H_
+#endif  // LAYERPIPE_ENGINE_MODEL_WEIGHTS_H_

@@ -1,12 +1,12 @@
-#include "engine/logit_summary.h"
+#include "engine/sampling/logit_summary.h"
 
 #include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <limits>
 
-#include "engine/logprobs.h"
-#include "engine/sampler.h"
+#include "engine/sampling/logprobs.h"
+#include "engine/sampling/sampler.h"
 
 namespace layerpipe {
 namespace {

@@ -2,13 +2,13 @@
 // small enough to leave the device that computed the logits: a GPU samples "on the device" by building
 // this summary there and copying back a few hundred bytes instead of a 1 MiB row per sequence.
 //
-// Terms (they match Sampler, engine/sampler.h):
+// Terms (they match Sampler, engine/sampling/sampler.h):
 //   raw row      the softcapped logits, [vocab].
 //   prepared row the row Sampler::PrepareLogits makes: NaN and the banned ids set to -inf, then every
 //                penalised id's value v replaced by v > 0 ? v / penalty : v * penalty (float arithmetic).
 //   better       higher value first, lower id among equal values (a strict total order).
-#ifndef LAYERPIPE_ENGINE_LOGIT_SUMMARY_H_
-#define LAYERPIPE_ENGINE_LOGIT_SUMMARY_H_
+#ifndef LAYERPIPE_ENGINE_SAMPLING_LOGIT_SUMMARY_H_
+#define LAYERPIPE_ENGINE_SAMPLING_LOGIT_SUMMARY_H_
 
 #include <cstdint>
 #include <vector>
@@ -45,7 +45,7 @@ struct ScoredId {
 };
 
 struct LogitRowSummary {
-  // log Σ exp(raw), as LogSumExp (engine/logprobs.h) defines it; 0 when not requested.
+  // log Σ exp(raw), as LogSumExp (engine/sampling/logprobs.h) defines it; 0 when not requested.
   double log_sum_exp = 0;
   // The min(best, #entries > -inf) better-most entries of the prepared row, in better order.
   std::vector<ScoredId> best;
@@ -57,11 +57,11 @@ struct LogitRowSummary {
   // back to. Otherwise 0 and 0.
   int32_t fallback_id = 0;
   float fallback_raw = 0;
-  // With `draw`: the token drawn (DrawFromWholeRow in engine/sampler.h defines it), -1 when nothing in
+  // With `draw`: the token drawn (DrawFromWholeRow in engine/sampling/sampler.h defines it), -1 when nothing in
   // the prepared row is above -inf; drawn_raw is its raw value.
   int32_t drawn = -1;
   float drawn_raw = 0;
-  // With `total_mass`: WholeRowTotalMass (engine/sampler.h) of the row.
+  // With `total_mass`: WholeRowTotalMass (engine/sampling/sampler.h) of the row.
   double total_mass = 0;
 };
 
@@ -88,4 +88,4 @@ int32_t RawFallbackId(absl::Span<const float> row);
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_LOGIT_SUMMARY_H_
+#endif  // LAYERPIPE_ENGINE_SAMPLING_LOGIT_SUMMARY_H_

@@ -1,4 +1,4 @@
-#include "engine/logprobs.h"
+#include "engine/sampling/logprobs.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,13 +1,13 @@
 // Log-probabilities from a row of softcapped logits: the model's own distribution, before any
 // sampling filter or repetition penalty, which is what a client asking for logprobs wants to see.
-#ifndef LAYERPIPE_ENGINE_LOGPROBS_H_
-#define LAYERPIPE_ENGINE_LOGPROBS_H_
+#ifndef LAYERPIPE_ENGINE_SAMPLING_LOGPROBS_H_
+#define LAYERPIPE_ENGINE_SAMPLING_LOGPROBS_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/types/span.h"
-#include "engine/logit_summary.h"
+#include "engine/sampling/logit_summary.h"
 
 namespace layerpipe {
 
@@ -26,4 +26,4 @@ std::vector<IdLogprob> TopLogprobs(absl::Span<const ScoredId> best, double lse);
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_LOGPROBS_H_
+#endif  // LAYERPIPE_ENGINE_SAMPLING_LOGPROBS_H_

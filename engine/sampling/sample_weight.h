@@ -1,9 +1,9 @@
-// Sampler's weight of a logit and its top-p bucket, shared by the host sampler (engine/sampler.cc) and
+// Sampler's weight of a logit and its top-p bucket, shared by the host sampler (engine/sampling/sampler.cc) and
 // the CUDA draw kernel (engine/cuda/kernels_sample.cu), which must agree bit for bit: every
 // multiply-add is an explicit fused one and nothing is left for a compiler to contract (GCC contracts
 // at -O2 but not at -O0, nvcc by default).
-#ifndef LAYERPIPE_ENGINE_SAMPLE_WEIGHT_H_
-#define LAYERPIPE_ENGINE_SAMPLE_WEIGHT_H_
+#ifndef LAYERPIPE_ENGINE_SAMPLING_SAMPLE_WEIGHT_H_
+#define LAYERPIPE_ENGINE_SAMPLING_SAMPLE_WEIGHT_H_
 
 #include <cmath>
 #include <cstdint>
@@ -108,4 +108,4 @@ LP_SAMPLE_WEIGHT_FN uint16_t LogBucket(float log_weight) {
 
 #undef LP_SAMPLE_WEIGHT_FN
 
-#endif  // LAYERPIPE_ENGINE_SAMPLE_WEIGHT_H_
+#endif  // LAYERPIPE_ENGINE_SAMPLING_SAMPLE_WEIGHT_H_

@@ -1,4 +1,4 @@
-#include "engine/sampler.h"
+#include "engine/sampling/sampler.h"
 
 #include <algorithm>
 #include <array>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "engine/sample_weight.h"
+#include "engine/sampling/sample_weight.h"
 
 namespace layerpipe {
 namespace {

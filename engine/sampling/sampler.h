@@ -1,8 +1,8 @@
 // Next-token selection from a row of logits: repetition penalty, greedy or temperature sampling
 // with top-k / top-p / min-p filtering, drawn from a seeded RNG whose output is the same on every
 // platform.
-#ifndef LAYERPIPE_ENGINE_SAMPLER_H_
-#define LAYERPIPE_ENGINE_SAMPLER_H_
+#ifndef LAYERPIPE_ENGINE_SAMPLING_SAMPLER_H_
+#define LAYERPIPE_ENGINE_SAMPLING_SAMPLER_H_
 
 #include <cstdint>
 #include <random>
@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "engine/logit_summary.h"
+#include "engine/sampling/logit_summary.h"
 
 namespace layerpipe {
 
@@ -92,7 +92,7 @@ class Sampler {
   std::vector<TokenProbability> Distribution(absl::Span<const float> logits,
                                              absl::Span<const int32_t> history);
 
-  // ---- Sampling from a LogitRowSummary (engine/logit_summary.h), e.g. one a GPU computed.
+  // ---- Sampling from a LogitRowSummary (engine/sampling/logit_summary.h), e.g. one a GPU computed.
   // How many best prepared entries SampleFromSummary needs: 1 when greedy, top_k when top-k applies
   // and top_k <= max_best; 0 when this sampler needs the whole row (plain temperature, top-p or min-p
   // without top-k, or a top_k above max_best).
@@ -171,4 +171,4 @@ class Sampler {
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_SAMPLER_H_
+#endif  // LAYERPIPE_ENGINE_SAMPLING_SAMPLER_H_

@@ -1,4 +1,4 @@
-#include "engine/stop_conditions.h"
+#include "engine/sampling/stop_conditions.h"
 
 #include <algorithm>
 #include <filesystem>

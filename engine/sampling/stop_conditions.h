@@ -1,6 +1,6 @@
 // When generation ends (stop id, stop string, token budget) and which generated text may be shown.
-#ifndef LAYERPIPE_ENGINE_STOP_CONDITIONS_H_
-#define LAYERPIPE_ENGINE_STOP_CONDITIONS_H_
+#ifndef LAYERPIPE_ENGINE_SAMPLING_STOP_CONDITIONS_H_
+#define LAYERPIPE_ENGINE_SAMPLING_STOP_CONDITIONS_H_
 
 #include <cstdint>
 #include <string>
@@ -82,4 +82,4 @@ absl::StatusOr<std::vector<int32_t>> ReadStopIdsFromGenerationConfig(const std::
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_STOP_CONDITIONS_H_
+#endif  // LAYERPIPE_ENGINE_SAMPLING_STOP_CONDITIONS_H_

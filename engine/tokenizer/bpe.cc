@@ -1,11 +1,11 @@
-#include "engine/tokenizer_bpe.h"
+#include "engine/tokenizer/bpe.h"
 
 #include <algorithm>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/tokenizer_utf8.h"
+#include "engine/tokenizer/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace layerpipe {

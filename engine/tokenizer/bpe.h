@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/tokenizer_vocab.h"
+#include "engine/tokenizer/vocab.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace layerpipe {

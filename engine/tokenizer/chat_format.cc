@@ -1,4 +1,4 @@
-#include "engine/chat_format.h"
+#include "engine/tokenizer/chat_format.h"
 
 #include <string>
 

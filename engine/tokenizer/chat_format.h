@@ -1,14 +1,14 @@
 // Prompt layout of the instruction-tuned model (MODEL.md §4). Turn and channel markers are inserted as ids,
 // never by tokenizing their spelling: the test vocabulary spells ids 105/106 <start_of_turn>/<end_of_turn>,
 // the 12B's own file <|turn>/<turn|>, and only the ids agree.
-#ifndef LAYERPIPE_ENGINE_CHAT_FORMAT_H_
-#define LAYERPIPE_ENGINE_CHAT_FORMAT_H_
+#ifndef LAYERPIPE_ENGINE_TOKENIZER_CHAT_FORMAT_H_
+#define LAYERPIPE_ENGINE_TOKENIZER_CHAT_FORMAT_H_
 
 #include <cstdint>
 #include <string_view>
 #include <vector>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace layerpipe {
 
@@ -27,4 +27,4 @@ std::vector<int32_t> BuildChatPrompt(const Tokenizer& tokenizer, std::string_vie
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_CHAT_FORMAT_H_
+#endif  // LAYERPIPE_ENGINE_TOKENIZER_CHAT_FORMAT_H_

@@ -1,4 +1,4 @@
-#include "engine/tokenizer_json.h"
+#include "engine/tokenizer/json.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,10 +1,10 @@
-#include "engine/tokenizer_pipeline.h"
+#include "engine/tokenizer/pipeline.h"
 
 #include <algorithm>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "engine/tokenizer_utf8.h"
+#include "engine/tokenizer/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace layerpipe {

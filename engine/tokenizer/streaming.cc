@@ -1,4 +1,4 @@
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace layerpipe {
 

@@ -1,4 +1,4 @@
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <fstream>
 #include <sstream>
@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "engine/tokenizer_json.h"
+#include "engine/tokenizer/json.h"
 #include "nlohmann/json.hpp"
 
 namespace layerpipe {

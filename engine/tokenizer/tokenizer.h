@@ -12,8 +12,8 @@
 //
 // Only tokenizer.json is read (not tokenizer_config.json): Decode never applies clean_up_tokenization_spaces,
 // which Gemma's config turns off. A loaded Tokenizer is immutable; Encode and Decode may run concurrently.
-#ifndef LAYERPIPE_ENGINE_TOKENIZER_H_
-#define LAYERPIPE_ENGINE_TOKENIZER_H_
+#ifndef LAYERPIPE_ENGINE_TOKENIZER_TOKENIZER_H_
+#define LAYERPIPE_ENGINE_TOKENIZER_TOKENIZER_H_
 
 #include <cstdint>
 #include <memory>
@@ -25,10 +25,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/tokenizer_bpe.h"
-#include "engine/tokenizer_pipeline.h"
-#include "engine/tokenizer_utf8.h"
-#include "engine/tokenizer_vocab.h"
+#include "engine/tokenizer/bpe.h"
+#include "engine/tokenizer/pipeline.h"
+#include "engine/tokenizer/utf8.h"
+#include "engine/tokenizer/vocab.h"
 
 namespace layerpipe {
 
@@ -121,4 +121,4 @@ class StreamingDetokenizer {
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_TOKENIZER_H_
+#endif  // LAYERPIPE_ENGINE_TOKENIZER_TOKENIZER_H_

@@ -1,4 +1,4 @@
-#include "engine/tokenizer_utf8.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace layerpipe {
 

@@ -1,4 +1,4 @@
-#include "engine/tokenizer_vocab.h"
+#include "engine/tokenizer/vocab.h"
 
 #include <algorithm>
 #include <cstring>

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/config.h"
+#include "engine/model/config.h"
 #include "engine/cpu/thread_pool.h"
-#include "engine/layer_executor.h"
-#include "engine/weights.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/model/weights.h"
 #include "tests/engine/test_util.h"
 
 namespace layerpipe {
@@ -56,7 +56,7 @@ TEST(BackendMakerFor, CpuMakesTheExecutorItIsGiven) {
   EXPECT_EQ((*backend)->precision(), Precision::kFp32);
 
   // Same hidden states as a directly made executor.
-  LayerRangeExecutor direct(**weights, Precision::kFp32, pool);
+  CpuBackend direct(**weights, Precision::kFp32, pool);
   const std::vector<int32_t> ids = {2, 7, 9};
   const int64_t H = config->hidden_size;
   std::vector<float> a(ids.size() * H), b(ids.size() * H);

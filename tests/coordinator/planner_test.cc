@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/model/kv_bytes.h"
 #include "nlohmann/json.hpp"
 
 namespace layerpipe {
@@ -54,15 +55,16 @@ TEST(PlannerTest, ParsesAndValidatesExplicitSplits) {
   EXPECT_FALSE(ParseLayerSplit("0-10,5-47", c, 2).ok());      // overlap
 }
 
+// The coordinator admits with the worker's own formula (engine/model/kv_bytes.h); the real 12B shapes.
 TEST(PlannerTest, KvBytesFollowTheCacheLayout) {
   const ModelConfig c = Config12B();
   // One sliding layer: a ring of 1024 rows of K and V, 8 heads x 256, bf16.
-  EXPECT_EQ(KvBytesForSequence(c, {0, 1}, 10, 2), 1024 * 2 * 8 * 256 * 2);
+  EXPECT_EQ(KvBytesAtLength(c, 0, 1, Precision::kBf16, 10), 1024 * 2 * 8 * 256 * 2);
   // One full layer: pages of 256 rows, 1 head x 512.
-  EXPECT_EQ(KvBytesForSequence(c, {5, 6}, 10, 2), 256 * 2 * 512 * 2);
-  EXPECT_EQ(KvBytesForSequence(c, {5, 6}, 257, 2), 512 * 2 * 512 * 2);
+  EXPECT_EQ(KvBytesAtLength(c, 5, 6, Precision::kBf16, 10), 256 * 2 * 512 * 2);
+  EXPECT_EQ(KvBytesAtLength(c, 5, 6, Precision::kBf16, 257), 512 * 2 * 512 * 2);
   // MODEL.md: 262,144 tokens of global cache is 4 GiB in bf16 over the 8 full layers.
-  EXPECT_EQ(KvBytesForSequence(c, {0, 48}, 262144, 2) - 40 * int64_t{1024 * 2 * 8 * 256 * 2}, int64_t{4} << 30);
+  EXPECT_EQ(KvBytesAtLength(c, 0, 48, Precision::kBf16, 262144) - 40 * int64_t{1024 * 2 * 8 * 256 * 2}, int64_t{4} << 30);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "engine/config.h"
+#include "engine/model/config.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "engine/engine.h"
-#include "engine/layer_executor.h"
+#include "engine/cpu/cpu_backend.h"
 #include "tests/engine/test_util.h"
 
 namespace layerpipe {
@@ -102,7 +102,7 @@ TEST_P(ForwardConsistencyTest, LayerRangeSplitsEqualTheWholeRange) {
   ThreadPool pool(2);
   auto whole_w = ModelWeights::Load(*dir_, *config, {0, L, true, true});
   ASSERT_TRUE(whole_w.ok()) << whole_w.status();
-  LayerRangeExecutor whole(**whole_w, GetParam(), pool);
+  CpuBackend whole(**whole_w, GetParam(), pool);
   const auto ids = RandomIds(15, 300, 6);
   std::vector<float> h_whole(ids.size() * H);
   ASSERT_TRUE(whole.Embed(ids, h_whole.data()).ok());
@@ -121,7 +121,7 @@ TEST_P(ForwardConsistencyTest, LayerRangeSplitsEqualTheWholeRange) {
       const bool first = st == 0, last = st + 2 == cuts.size();
       auto w = ModelWeights::Load(*dir_, *config, {cuts[st], cuts[st + 1], first, last});
       ASSERT_TRUE(w.ok()) << w.status();
-      LayerRangeExecutor ex(**w, GetParam(), pool);
+      CpuBackend ex(**w, GetParam(), pool);
       if (first) ASSERT_TRUE(ex.Embed(ids, h.data()).ok());
       auto stage_kv = ex.NewSequence();
       SequenceSlice slice{stage_kv.get(), static_cast<int64_t>(ids.size())};

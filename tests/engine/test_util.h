@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint_writer.h"
+#include "tools/checkpoint/checkpoint_writer.h"
 
 namespace layerpipe::testing_util {
 

@@ -5,10 +5,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/cpu/bf16.h"
+#include "engine/model/bf16.h"
 #include "engine/engine.h"
-#include "engine/safetensors.h"
-#include "engine/weights.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/weights.h"
 #include "tests/engine/test_util.h"
 
 namespace layerpipe {

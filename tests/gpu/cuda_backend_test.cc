@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "engine/cuda/cuda_backend.h"
-#include "engine/kv_cache.h"
-#include "engine/layer_executor.h"
+#include "engine/cpu/kv_cache.h"
+#include "engine/cpu/cpu_backend.h"
 #include "tests/engine/test_util.h"
 #include "tests/gpu/cuda_test_util.h"
 
@@ -41,7 +41,7 @@ class CudaBackendTest : public ::testing::TestWithParam<Precision> {
     auto w = ModelWeights::Load(*dir_, config_, {0, config_.num_layers, true, true});
     ASSERT_TRUE(w.ok()) << w.status();
     weights_ = std::move(*w);
-    cpu_ = std::make_unique<LayerRangeExecutor>(*weights_, GetParam(), pool_);
+    cpu_ = std::make_unique<CpuBackend>(*weights_, GetParam(), pool_);
     auto gpu = MakeCudaBackend(*weights_, GetParam(), 0);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     gpu_ = std::move(*gpu);
@@ -165,7 +165,7 @@ TEST_P(CudaBackendTest, WideWindowSplitSlidingAttentionMatchesCpu) {
   ASSERT_EQ(config->sliding_window, 200);
   auto w = ModelWeights::Load(*dir, *config, {0, config->num_layers, true, true});
   ASSERT_TRUE(w.ok()) << w.status();
-  LayerRangeExecutor cpu(**w, GetParam(), pool_);
+  CpuBackend cpu(**w, GetParam(), pool_);
   auto gpu = MakeCudaBackend(**w, GetParam(), 0);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   Runner c{&cpu, config->hidden_size, config->vocab_size}, g{gpu->get(), config->hidden_size, config->vocab_size};

@@ -10,7 +10,7 @@
 
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/step_plan.h"
-#include "engine/layer_executor.h"
+#include "engine/cpu/cpu_backend.h"
 #include "tests/engine/test_util.h"
 #include "tests/gpu/cuda_test_util.h"
 
@@ -37,7 +37,7 @@ class CudaGemmAttentionTest : public ::testing::Test {
     auto w = ModelWeights::Load(*dir, config_, {0, config_.num_layers, true, true});
     ASSERT_TRUE(w.ok()) << w.status();
     weights_ = std::move(*w);
-    cpu_ = std::make_unique<LayerRangeExecutor>(*weights_, Precision::kBf16, pool_);
+    cpu_ = std::make_unique<CpuBackend>(*weights_, Precision::kBf16, pool_);
     auto gemm = MakeCudaBackend(*weights_, Precision::kBf16, 0);
     ASSERT_TRUE(gemm.ok()) << gemm.status();
     gemm_ = std::move(*gemm);

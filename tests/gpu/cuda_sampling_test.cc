@@ -1,5 +1,5 @@
 // Sampling on the device: the CUDA backend's LogitRowSummary of each row must be the host reference's
-// summary (engine/logit_summary.h) of the very logits the device computed — same ids, values and order,
+// summary (engine/sampling/logit_summary.h) of the very logits the device computed — same ids, values and order,
 // log Σ exp to rounding — so a Sampler picks the same token from either. Rows include exact ties
 // (a zero hidden row gives all-zero logits; a huge one saturates the softcap), NaN rows, the repetition
 // penalty, and a checkpoint with Gemma's 262,144-id vocabulary, where the banned ids live. Label "gpu".
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "engine/cuda/cuda_backend.h"
-#include "engine/logit_summary.h"
-#include "engine/sampler.h"
+#include "engine/sampling/logit_summary.h"
+#include "engine/sampling/sampler.h"
 #include "tests/engine/test_util.h"
 
 namespace layerpipe {

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/layer_backend.h"
-#include "engine/precision.h"
+#include "engine/backend/layer_backend.h"
+#include "engine/model/precision.h"
 
 namespace layerpipe {
 

@@ -1,5 +1,5 @@
 // Checks, with two processes on one GPU, the CUDA IPC event behaviour the same-device peer link
-// (engine/cuda/ipc_link.cc) rests on: once one process's cudaEventRecord call has returned, a
+// (engine/cuda/links/ipc_link.cc) rests on: once one process's cudaEventRecord call has returned, a
 // cudaStreamWaitEvent in the other process waits for that record's work — whichever of the two
 // created the event. Each side in turn queues ~300 ms of spinning, records the shared event behind it
 // and tells the other over a pipe; the other must find the event not ready and its stream held back.

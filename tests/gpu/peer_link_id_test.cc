@@ -1,6 +1,6 @@
-// The CUDA stage's link id (engine/cuda/peer_link_id.h), host-only: both parts survive the round trip
+// The CUDA stage's link id (engine/cuda/links/peer_link_id.h), host-only: both parts survive the round trip
 // whatever bytes the NCCL id holds, and anything else is refused.
-#include "engine/cuda/peer_link_id.h"
+#include "engine/cuda/links/peer_link_id.h"
 
 #include <gtest/gtest.h>
 

@@ -7,7 +7,7 @@
 
 #include "engine/cuda/kv_index.h"
 #include "engine/cuda/step_plan.h"
-#include "engine/kv_cache.h"
+#include "engine/cpu/kv_cache.h"
 
 namespace layerpipe::cuda {
 namespace {
@@ -16,30 +16,30 @@ TEST(KvIndexTest, SlotsMatchTheCpuCacheLayout) {
   const int64_t width = 8, window = 6;
   LayerKvCache ring(true, window, width, Precision::kFp32), pages(false, 0, width, Precision::kFp32);
   ring.Reserve(1);
-  pages.Reserve(3 * kPageTokens);
+  pages.Reserve(3 * kv::kPageTokens);
   const float* ring0 = ring.K<float>(0);
   // Page bases as the CPU allocated them, in position order.
   std::vector<const float*> page_base;
-  for (int64_t p = 0; p < 3; ++p) page_base.push_back(pages.K<float>(p * kPageTokens));
+  for (int64_t p = 0; p < 3; ++p) page_base.push_back(pages.K<float>(p * kv::kPageTokens));
   for (int64_t pos : {0, 1, 5, 6, 7, 255, 256, 511, 700}) {
-    const KvSlot r = KvSlotOf(pos, true, window);
+    const kv::Slot r = kv::SlotOf(pos, true, window);
     EXPECT_EQ(r.block, 0);
-    EXPECT_EQ(ring0 + KvRowOffset(r.slot, 0, width), ring.K<float>(pos)) << pos;
-    EXPECT_EQ(ring0 + KvRowOffset(r.slot, 1, width), ring.V<float>(pos)) << pos;
-    const KvSlot p = KvSlotOf(pos, false, 0);
-    EXPECT_EQ(page_base[p.block] + KvRowOffset(p.slot, 0, width), pages.K<float>(pos)) << pos;
-    EXPECT_EQ(page_base[p.block] + KvRowOffset(p.slot, 1, width), pages.V<float>(pos)) << pos;
+    EXPECT_EQ(ring0 + kv::RowOffset(r.slot, 0, width), ring.K<float>(pos)) << pos;
+    EXPECT_EQ(ring0 + kv::RowOffset(r.slot, 1, width), ring.V<float>(pos)) << pos;
+    const kv::Slot p = kv::SlotOf(pos, false, 0);
+    EXPECT_EQ(page_base[p.block] + kv::RowOffset(p.slot, 0, width), pages.K<float>(pos)) << pos;
+    EXPECT_EQ(page_base[p.block] + kv::RowOffset(p.slot, 1, width), pages.V<float>(pos)) << pos;
   }
 }
 
 TEST(KvIndexTest, RingKeepsTheLastWindowRowsOfAChunk) {
   int kept = 0;
-  for (int64_t i = 0; i < 20; ++i) kept += CacheKeepsRow(i, 20, true, 6);
+  for (int64_t i = 0; i < 20; ++i) kept += kv::CacheKeepsRow(i, 20, true, 6);
   EXPECT_EQ(kept, 6);
-  EXPECT_FALSE(CacheKeepsRow(13, 20, true, 6));
-  EXPECT_TRUE(CacheKeepsRow(14, 20, true, 6));
-  EXPECT_TRUE(CacheKeepsRow(0, 20, false, 0));
-  EXPECT_TRUE(CacheKeepsRow(0, 3, true, 6));
+  EXPECT_FALSE(kv::CacheKeepsRow(13, 20, true, 6));
+  EXPECT_TRUE(kv::CacheKeepsRow(14, 20, true, 6));
+  EXPECT_TRUE(kv::CacheKeepsRow(0, 20, false, 0));
+  EXPECT_TRUE(kv::CacheKeepsRow(0, 3, true, 6));
 }
 
 TEST(KvIndexTest, FirstVisibleKeyFollowsTheWindow) {

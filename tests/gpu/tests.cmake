@@ -7,14 +7,14 @@ if(LAYERPIPE_HAVE_CUDA)
   # step_plan.cc is host-only C++: compiled in, since the plugin exports nothing of it.
   add_executable(step_plan_test ${CMAKE_CURRENT_LIST_DIR}/step_plan_test.cc ${PROJECT_SOURCE_DIR}/engine/cuda/step_plan.cc)
   add_executable(peer_link_id_test ${CMAKE_CURRENT_LIST_DIR}/peer_link_id_test.cc
-                 ${PROJECT_SOURCE_DIR}/engine/cuda/peer_link_id.cc)
+                 ${PROJECT_SOURCE_DIR}/engine/cuda/links/peer_link_id.cc)
   foreach(name ${LAYERPIPE_GPU_TESTS})
     add_executable(${name} ${CMAKE_CURRENT_LIST_DIR}/${name}.cc)
     target_link_libraries(${name} PRIVATE layerpipe_cuda)
   endforeach()
   target_sources(cuda_gemm_attention_test PRIVATE ${PROJECT_SOURCE_DIR}/engine/cuda/step_plan.cc)
   foreach(name ${LAYERPIPE_GPU_TESTS} step_plan_test peer_link_id_test)
-    target_link_libraries(${name} PRIVATE layerpipe_engine GTest::gtest GTest::gtest_main)
+    target_link_libraries(${name} PRIVATE layerpipe_engine layerpipe_checkpoint_writer GTest::gtest GTest::gtest_main)
     target_compile_definitions(${name} PRIVATE
       LAYERPIPE_BIN_DIR="${CMAKE_BINARY_DIR}/bin"
       LAYERPIPE_TOKENIZER_PATH="${LAYERPIPE_TOKENIZER_JSON}")

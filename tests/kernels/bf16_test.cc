@@ -1,4 +1,4 @@
-#include "engine/cpu/bf16.h"
+#include "engine/model/bf16.h"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/cpu/bf16.h"
+#include "engine/model/bf16.h"
 
 namespace layerpipe {
 namespace {

@@ -5,12 +5,12 @@
 #include <memory>
 #include <string>
 
-#include "engine/config.h"
+#include "engine/model/config.h"
 #include "engine/cpu/thread_pool.h"
-#include "engine/layer_executor.h"
-#include "engine/weights.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/model/weights.h"
 #include "tests/engine/test_util.h"
-#include "worker/kv_bytes.h"
+#include "engine/model/kv_bytes.h"
 #include "worker/stage.h"
 #include "worker/worker_metrics.h"
 
@@ -40,7 +40,7 @@ TEST(StageKvSplit, SlidingRingsAndFullPagesAddUpAndAreReleased) {
   so.first = true;
   so.kv_budget_bytes = int64_t{1} << 30;
   std::shared_ptr<const ModelWeights> shared(std::move(*weights));
-  Stage stage(shared, so, std::make_unique<LayerRangeExecutor>(*shared, so.precision, pool));
+  Stage stage(shared, so, std::make_unique<CpuBackend>(*shared, so.precision, pool));
 
   // What one sliding layer's ring takes: the whole window, allocated with the first token.
   const int64_t ring0 = KvBytesAtLength(*config, 0, 1, Precision::kBf16, 1);

@@ -1,8 +1,8 @@
-// Logit-row summaries (engine/logit_summary.h): the reference summary against a brute-force one, and
+// Logit-row summaries (engine/sampling/logit_summary.h): the reference summary against a brute-force one, and
 // sampling from a summary against sampling from the whole row — same token, same RNG stream, for every
 // kind of sampler that may use one. A device summary is checked against this reference in
 // tests/gpu/cuda_backend_test.cc.
-#include "engine/logit_summary.h"
+#include "engine/sampling/logit_summary.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/logprobs.h"
-#include "engine/sampler.h"
+#include "engine/sampling/logprobs.h"
+#include "engine/sampling/sampler.h"
 #include "gtest/gtest.h"
 #include "tests/engine/test_util.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace layerpipe {

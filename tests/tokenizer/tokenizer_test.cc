@@ -1,7 +1,7 @@
 // Unit tests of the tokenizer: the real Gemma vocabulary (ids checked against the reference JS encoder),
 // streaming detokenization, chat prompts, load errors, and small synthetic tokenizer.json files for the
 // parts of the format the Gemma file does not exercise.
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/chat_format.h"
-#include "engine/tokenizer_pipeline.h"
-#include "engine/tokenizer_utf8.h"
+#include "engine/tokenizer/chat_format.h"
+#include "engine/tokenizer/pipeline.h"
+#include "engine/tokenizer/utf8.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/layer_executor.h"
+#include "engine/cpu/cpu_backend.h"
 #include "tests/engine/test_util.h"
 #include "tests/worker/pipeline_harness.h"
 
@@ -205,7 +205,7 @@ class FakeGpuBackend final : public LayerBackend {
   static std::atomic<int64_t> gave_up_;        // joins abandoned through give_up
 
  private:
-  LayerRangeExecutor cpu_;
+  CpuBackend cpu_;
   std::string uid_;
 };
 std::atomic<int64_t> FakeGpuBackend::device_inputs_{0};

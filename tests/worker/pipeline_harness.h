@@ -17,7 +17,7 @@
 
 #include "absl/time/clock.h"
 #include "engine/engine.h"
-#include "engine/sampler.h"
+#include "engine/sampling/sampler.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/layerpipe.grpc.pb.h"
 #include "worker/worker_server.h"

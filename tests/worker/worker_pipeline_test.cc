@@ -13,13 +13,13 @@
 
 #include "absl/time/clock.h"
 #include "engine/engine.h"
-#include "engine/sampler.h"
+#include "engine/sampling/sampler.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/layerpipe.grpc.pb.h"
 #include "tests/engine/test_util.h"
 #include "tests/worker/pipeline_harness.h"
-#include "worker/kv_bytes.h"
+#include "engine/model/kv_bytes.h"
 #include "worker/worker_server.h"
 
 namespace layerpipe {

@@ -6,17 +6,17 @@
 #include <cstring>
 #include <random>
 
-#include "engine/config.h"
-#include "engine/cpu/bf16.h"
+#include "engine/model/config.h"
+#include "engine/model/bf16.h"
 #include "engine/cpu/thread_pool.h"
-#include "engine/layer_executor.h"
-#include "engine/weights.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/model/weights.h"
 #include "tests/engine/test_util.h"
 #include "worker/byte_size.h"
 #include "worker/frame_check.h"
-#include "worker/hidden_codec.h"
-#include "worker/kv_bytes.h"
-#include "engine/logprobs.h"
+#include "transport/hidden_codec.h"
+#include "engine/model/kv_bytes.h"
+#include "engine/sampling/logprobs.h"
 #include "worker/step_sequencer.h"
 #include "common/host_name.h"
 
@@ -213,7 +213,7 @@ TEST(KvBytes, PredictsWhatTheCachesAllocate) {
     for (auto [begin, end] : {std::pair{0, 2}, std::pair{2, 3}, std::pair{1, 5}}) {
       auto w = ModelWeights::Load(dir, *config, WeightSelection{begin, end, begin == 0, false});
       ASSERT_TRUE(w.ok()) << w.status();
-      LayerRangeExecutor ex(**w, p, pool);
+      CpuBackend ex(**w, p, pool);
       auto kv = ex.NewSequence();
       EXPECT_EQ(KvBytesAtLength(*config, begin, end, p, 0), 0);
       int64_t length = 0;

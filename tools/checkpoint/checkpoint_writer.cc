@@ -1,4 +1,4 @@
-#include "engine/checkpoint_writer.h"
+#include "tools/checkpoint/checkpoint_writer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +10,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/cpu/bf16.h"
-#include "engine/safetensors.h"
+#include "engine/model/bf16.h"
+#include "engine/model/safetensors.h"
 #include "nlohmann/json.hpp"
 
 namespace layerpipe {

@@ -1,14 +1,14 @@
 // Writes random checkpoints in the real Gemma 4 layout, for tests, benchmarks and the demo (no real
 // weights can be downloaded here).
-#ifndef LAYERPIPE_ENGINE_CHECKPOINT_WRITER_H_
-#define LAYERPIPE_ENGINE_CHECKPOINT_WRITER_H_
+#ifndef LAYERPIPE_TOOLS_CHECKPOINT_CHECKPOINT_WRITER_H_
+#define LAYERPIPE_TOOLS_CHECKPOINT_CHECKPOINT_WRITER_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/config.h"
+#include "engine/model/config.h"
 
 namespace layerpipe {
 
@@ -41,4 +41,4 @@ absl::Status WriteRandomCheckpoint(const std::string& dir, const RandomCheckpoin
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_ENGINE_CHECKPOINT_WRITER_H_
+#endif  // LAYERPIPE_TOOLS_CHECKPOINT_CHECKPOINT_WRITER_H_

@@ -1,4 +1,4 @@
-#include "tests/cuda_emu/block_exec.h"
+#include "tools/cuda_emu/block_exec.h"
 
 #include <sys/mman.h>
 

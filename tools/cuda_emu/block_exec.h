@@ -8,8 +8,8 @@
 // naming the kernel and block: a barrier some threads of the block never reach, a warp operation
 // some lanes of the warp never reach, a partial lane mask, more than 1024 threads per block, a grid
 // dimension out of range, dynamic shared memory beyond what cudaFuncSetAttribute allowed.
-#ifndef LAYERPIPE_TESTS_CUDA_EMU_BLOCK_EXEC_H_
-#define LAYERPIPE_TESTS_CUDA_EMU_BLOCK_EXEC_H_
+#ifndef LAYERPIPE_TOOLS_CUDA_EMU_BLOCK_EXEC_H_
+#define LAYERPIPE_TOOLS_CUDA_EMU_BLOCK_EXEC_H_
 
 #include <cuda_runtime.h>
 
@@ -66,4 +66,4 @@ void RunGrid(const KernelLaunch& launch);
 
 }  // namespace lpemu
 
-#endif  // LAYERPIPE_TESTS_CUDA_EMU_BLOCK_EXEC_H_
+#endif  // LAYERPIPE_TOOLS_CUDA_EMU_BLOCK_EXEC_H_

@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "tests/cuda_emu/runtime_internal.h"
+#include "tools/cuda_emu/runtime_internal.h"
 
 namespace {
 

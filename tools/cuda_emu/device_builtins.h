@@ -7,8 +7,8 @@
 // operations are real rendezvous points, so a barrier in divergent code, a shuffle that not every
 // lane reaches, or an exchange through shared memory without a barrier between the write and the read
 // shows up as a deadlock report or a wrong result instead of passing by luck.
-#ifndef LAYERPIPE_TESTS_CUDA_EMU_DEVICE_BUILTINS_H_
-#define LAYERPIPE_TESTS_CUDA_EMU_DEVICE_BUILTINS_H_
+#ifndef LAYERPIPE_TOOLS_CUDA_EMU_DEVICE_BUILTINS_H_
+#define LAYERPIPE_TOOLS_CUDA_EMU_DEVICE_BUILTINS_H_
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -24,7 +24,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "tests/cuda_emu/block_exec.h"
+#include "tools/cuda_emu/block_exec.h"
 
 // Shared memory is per block; a block's threads all run on one host thread, and blocks run one after
 // another on it, so a thread-local static is exactly one block's copy.
@@ -156,4 +156,4 @@ class Launch {
 
 }  // namespace lpemu
 
-#endif  // LAYERPIPE_TESTS_CUDA_EMU_DEVICE_BUILTINS_H_
+#endif  // LAYERPIPE_TOOLS_CUDA_EMU_DEVICE_BUILTINS_H_

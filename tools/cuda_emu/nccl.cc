@@ -23,7 +23,7 @@
 #include <string>
 #include <thread>
 
-#include "tests/cuda_emu/runtime_internal.h"
+#include "tools/cuda_emu/runtime_internal.h"
 
 namespace {
 

@@ -8,8 +8,8 @@
 #include <mutex>
 #include <string>
 
-#include "tests/cuda_emu/block_exec.h"
-#include "tests/cuda_emu/runtime_state.h"
+#include "tools/cuda_emu/block_exec.h"
+#include "tools/cuda_emu/runtime_state.h"
 
 namespace lpemu {
 namespace {

@@ -1,7 +1,7 @@
 // What the emulator's libraries (cuBLASLt) share with its runtime: enqueueing work on a stream, which
 // a capture records into its graph instead.
-#ifndef LAYERPIPE_TESTS_CUDA_EMU_RUNTIME_INTERNAL_H_
-#define LAYERPIPE_TESTS_CUDA_EMU_RUNTIME_INTERNAL_H_
+#ifndef LAYERPIPE_TOOLS_CUDA_EMU_RUNTIME_INTERNAL_H_
+#define LAYERPIPE_TOOLS_CUDA_EMU_RUNTIME_INTERNAL_H_
 
 #include <cuda_runtime_api.h>
 
@@ -25,4 +25,4 @@ bool InsideDeviceAllocation(const void* p, size_t bytes);
 
 }  // namespace lpemu
 
-#endif  // LAYERPIPE_TESTS_CUDA_EMU_RUNTIME_INTERNAL_H_
+#endif  // LAYERPIPE_TOOLS_CUDA_EMU_RUNTIME_INTERNAL_H_

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-#include "tests/cuda_emu/runtime_state.h"
+#include "tools/cuda_emu/runtime_state.h"
 
 namespace lpemu {
 namespace {

@@ -1,4 +1,4 @@
-#include "tests/cuda_emu/runtime_state.h"
+#include "tools/cuda_emu/runtime_state.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <string>
 
-#include "tests/cuda_emu/block_exec.h"
+#include "tools/cuda_emu/block_exec.h"
 
 namespace lpemu {
 namespace {

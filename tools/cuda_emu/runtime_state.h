@@ -1,7 +1,7 @@
 // The emulated runtime's shared state and helpers (runtime_*.cc): the handle types the runtime headers
 // leave opaque, the allocation table, the streams' queues, and the checks every call makes.
-#ifndef LAYERPIPE_TESTS_CUDA_EMU_RUNTIME_STATE_H_
-#define LAYERPIPE_TESTS_CUDA_EMU_RUNTIME_STATE_H_
+#ifndef LAYERPIPE_TOOLS_CUDA_EMU_RUNTIME_STATE_H_
+#define LAYERPIPE_TOOLS_CUDA_EMU_RUNTIME_STATE_H_
 
 #include <cuda_runtime_api.h>
 
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/cuda_emu/runtime_internal.h"
+#include "tools/cuda_emu/runtime_internal.h"
 
 // The opaque handle types of the runtime headers, defined by the emulator.
 struct CUstream_st {
@@ -141,4 +141,4 @@ cudaError_t RunOnLegacy(Op op);
 
 }  // namespace lpemu
 
-#endif  // LAYERPIPE_TESTS_CUDA_EMU_RUNTIME_STATE_H_
+#endif  // LAYERPIPE_TOOLS_CUDA_EMU_RUNTIME_STATE_H_

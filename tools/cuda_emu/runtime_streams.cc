@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "tests/cuda_emu/runtime_state.h"
+#include "tools/cuda_emu/runtime_state.h"
 
 using namespace lpemu;  // NOLINT: the definitions below are the runtime's C API
 

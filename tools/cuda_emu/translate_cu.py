@@ -64,7 +64,7 @@ def main():
     with open(src) as f:
         text, _ = translate(f.read())
     with open(dst, "w") as f:
-        f.write('#include "tests/cuda_emu/device_builtins.h"\n#line 1 "%s"\n' % src)
+        f.write('#include "tools/cuda_emu/device_builtins.h"\n#line 1 "%s"\n' % src)
         f.write(text)
 
 

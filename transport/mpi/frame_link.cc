@@ -1,4 +1,4 @@
-#include "mpi/frame_link.h"
+#include "transport/mpi/frame_link.h"
 
 #include <climits>
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "mpi/mpi_poll.h"
+#include "transport/mpi/mpi_poll.h"
 
 namespace layerpipe {
 namespace {

@@ -6,8 +6,8 @@
 // without being able to take it back, so the sequence number lets it skip verdicts of frames it no
 // longer waits for. A receiver serves until every other worker rank has sent it a close message;
 // MPI keeps one sender's messages in order, so by then it has taken every frame anyone sent it.
-#ifndef LAYERPIPE_MPI_FRAME_LINK_H_
-#define LAYERPIPE_MPI_FRAME_LINK_H_
+#ifndef LAYERPIPE_TRANSPORT_MPI_FRAME_LINK_H_
+#define LAYERPIPE_TRANSPORT_MPI_FRAME_LINK_H_
 
 #include <mpi.h>
 
@@ -82,4 +82,4 @@ class FrameLink {
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_MPI_FRAME_LINK_H_
+#endif  // LAYERPIPE_TRANSPORT_MPI_FRAME_LINK_H_

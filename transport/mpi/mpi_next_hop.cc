@@ -1,4 +1,4 @@
-#include "mpi/mpi_next_hop.h"
+#include "transport/mpi/mpi_next_hop.h"
 
 #include <cstdio>
 #include <memory>

@@ -1,14 +1,14 @@
 // The NextHop between two worker ranks of one layerpipe-mpi job, and the factory that picks it
 // whenever an assignment's next_address is another worker rank of the job.
-#ifndef LAYERPIPE_MPI_MPI_NEXT_HOP_H_
-#define LAYERPIPE_MPI_MPI_NEXT_HOP_H_
+#ifndef LAYERPIPE_TRANSPORT_MPI_MPI_NEXT_HOP_H_
+#define LAYERPIPE_TRANSPORT_MPI_MPI_NEXT_HOP_H_
 
 #include <atomic>
 #include <map>
 #include <string>
 
-#include "mpi/frame_link.h"
-#include "worker/next_hop.h"
+#include "transport/mpi/frame_link.h"
+#include "transport/next_hop.h"
 
 namespace layerpipe {
 
@@ -32,4 +32,4 @@ NextHopFactory MpiNextHopFactory(FrameLink* link, std::map<std::string, int> ran
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_MPI_MPI_NEXT_HOP_H_
+#endif  // LAYERPIPE_TRANSPORT_MPI_MPI_NEXT_HOP_H_

@@ -1,4 +1,4 @@
-#include "mpi/mpi_poll.h"
+#include "transport/mpi/mpi_poll.h"
 
 #include <algorithm>
 #include <thread>

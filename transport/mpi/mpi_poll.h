@@ -1,8 +1,8 @@
 // Waiting on MPI without spinning. Open MPI's blocking calls (MPI_Wait, MPI_Recv, MPI_Barrier) poll
 // the network at full speed, which on a small machine takes a core from the compute threads; every
 // wait here tests and then sleeps a little instead.
-#ifndef LAYERPIPE_MPI_MPI_POLL_H_
-#define LAYERPIPE_MPI_MPI_POLL_H_
+#ifndef LAYERPIPE_TRANSPORT_MPI_MPI_POLL_H_
+#define LAYERPIPE_TRANSPORT_MPI_MPI_POLL_H_
 
 #include <mpi.h>
 
@@ -35,4 +35,4 @@ bool MpiWaitPolling(MPI_Request* request, const std::function<bool()>& give_up =
 
 }  // namespace layerpipe
 
-#endif  // LAYERPIPE_MPI_MPI_POLL_H_
+#endif  // LAYERPIPE_TRANSPORT_MPI_MPI_POLL_H_

@@ -1,4 +1,4 @@
-#include "engine/cuda/ipc_link.h"
+#include "engine/cuda/links/ipc_link.h"
 
 #include <cuda_runtime.h>
 #include <fcntl.h>
@@ -21,11 +21,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/cuda/cuda_check.h"
-#include "engine/cuda/peer_link_id.h"
+#include "engine/cuda/links/peer_link_id.h"
 #include "engine/cuda/device_rows.h"
 #include "engine/cuda/scoped_device.h"
 #include "engine/cuda/stream.h"
-#include "engine/layer_backend.h"
+#include "engine/backend/layer_backend.h"
 
 namespace layerpipe::cuda {
 namespace {

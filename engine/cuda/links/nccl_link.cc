@@ -1,4 +1,4 @@
-#include "engine/cuda/nccl_link.h"
+#include "engine/cuda/links/nccl_link.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -11,8 +11,8 @@
 #include "absl/time/time.h"
 
 #include "engine/cuda/cuda_check.h"
-#include "engine/cuda/peer_link_id.h"
-#include "engine/layer_backend.h"
+#include "engine/cuda/links/peer_link_id.h"
+#include "engine/backend/layer_backend.h"
 #include "engine/cuda/scoped_device.h"
 #endif
 

@@ -1,15 +1,15 @@
-// The NCCL peer link between two GPU stages (engine/device_handoff.h): a two-rank communicator, rank 0
+// The NCCL peer link between two GPU stages (engine/backend/device_handoff.h): a two-rank communicator, rank 0
 // sending to rank 1, with its own stream so transfers overlap the stages' compute. Without NCCL
 // (LAYERPIPE_HAVE_NCCL unset) the factories below say so and nothing else is built.
-#ifndef LAYERPIPE_ENGINE_CUDA_NCCL_LINK_H_
-#define LAYERPIPE_ENGINE_CUDA_NCCL_LINK_H_
+#ifndef LAYERPIPE_ENGINE_CUDA_LINKS_NCCL_LINK_H_
+#define LAYERPIPE_ENGINE_CUDA_LINKS_NCCL_LINK_H_
 
 #include <atomic>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/device_handoff.h"
+#include "engine/backend/device_handoff.h"
 
 #ifdef LAYERPIPE_HAVE_NCCL
 #include <cuda_runtime.h>
@@ -89,4 +89,4 @@ class NcclPeerLink final : public PeerLink {
 
 }  // namespace layerpipe::cuda
 
-#endif  // LAYERPIPE_ENGINE_CUDA_NCCL_LINK_H_
+#endif  // LAYERPIPE_ENGINE_CUDA_LINKS_NCCL_LINK_H_

@@ -1,4 +1,4 @@
-#include "engine/cuda/peer_link_id.h"
+#include "engine/cuda/links/peer_link_id.h"
 
 #include <cstdint>
 

@@ -1,8 +1,8 @@
 // The link id a CUDA stage offers the next one (LayerBackend::NewPeerLinkId): it carries what both
 // kinds of link need, since the receiver picks the kind: an NCCL unique id (empty when the plugin
 // has no NCCL) and the name of a CUDA IPC link's control block. Host-only, so tested without a GPU.
-#ifndef LAYERPIPE_ENGINE_CUDA_PEER_LINK_ID_H_
-#define LAYERPIPE_ENGINE_CUDA_PEER_LINK_ID_H_
+#ifndef LAYERPIPE_ENGINE_CUDA_LINKS_PEER_LINK_ID_H_
+#define LAYERPIPE_ENGINE_CUDA_LINKS_PEER_LINK_ID_H_
 
 #include <string>
 
@@ -25,4 +25,4 @@ absl::Status ValidatePeerLinkRank(int rank);
 
 }  // namespace layerpipe::cuda
 
-#endif  // LAYERPIPE_ENGINE_CUDA_PEER_LINK_ID_H_
+#endif  // LAYERPIPE_ENGINE_CUDA_LINKS_PEER_LINK_ID_H_
