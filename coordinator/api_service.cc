@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/grpc_status.h"
 #include "engine/tokenizer/chat_format.h"
 
 namespace layerpipe {
@@ -14,11 +15,6 @@ using Clock = std::chrono::steady_clock;
 // Full logits are returned only while they stay a reasonable message.
 constexpr int64_t kMaxLogitsBytes = int64_t{256} << 20;
 constexpr int kMaxTopLogprobs = 20;
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 grpc::Status Invalid(const std::string& msg) { return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg); }
 

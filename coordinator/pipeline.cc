@@ -6,17 +6,13 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 #include "engine/model/kv_bytes.h"
 
 namespace layerpipe {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-absl::Status FromGrpc(const grpc::Status& s, const std::string& where) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), absl::StrCat(where, ": ", s.error_message()));
-}
 
 void SetDeadline(grpc::ClientContext& ctx, absl::Duration d) {
   ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d));
