@@ -20,14 +20,26 @@ grpc::Status Invalid(const std::string& msg) { return grpc::Status(grpc::StatusC
 
 double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
-v1::JobState JobStateOf(const Request& r) {
-  switch (r.state) {
+void FillTimings(const Request& r, const RequestView& v, v1::Timings* t) {
+  const Clock::time_point end = v.finished.value_or(Clock::now());
+  t->set_queue_ms(Ms(r.created, v.admitted.value_or(end)));
+  t->set_total_ms(Ms(r.created, end));
+  if (v.first_token) {
+    t->set_time_to_first_token_ms(Ms(r.created, *v.first_token));
+    const double decode_s = Ms(*v.first_token, end) / 1e3;
+    const size_t n = v.tokens.size();
+    if (n > 1 && decode_s > 0) t->set_decode_tokens_per_s((n - 1) / decode_s);
+  }
+}
+
+v1::JobState JobStateOf(const RequestView& v) {
+  switch (v.state) {
     case RequestState::kQueued: return v1::JOB_QUEUED;
-    case RequestState::kPrefilling: return r.generated.empty() ? v1::JOB_PREFILLING : v1::JOB_DECODING;
+    case RequestState::kPrefilling: return v.tokens.empty() ? v1::JOB_PREFILLING : v1::JOB_DECODING;
     case RequestState::kDecoding: return v1::JOB_DECODING;
     case RequestState::kDone:
-      if (!r.error.ok()) return v1::JOB_FAILED;
-      return r.finish_reason == "cancelled" ? v1::JOB_CANCELLED : v1::JOB_SUCCEEDED;
+      if (!v.error.ok()) return v1::JOB_FAILED;
+      return v.finish_reason == "cancelled" ? v1::JOB_CANCELLED : v1::JOB_SUCCEEDED;
   }
   return v1::JOB_STATE_UNSPECIFIED;
 }
@@ -112,52 +124,43 @@ absl::StatusOr<std::shared_ptr<Request>> LayerPipeService::BuildGenerate(const v
   if (!stop.stop_strings.empty() && tokenizer_ == nullptr) {
     return absl::FailedPreconditionError("stop strings need the tokenizer, which the coordinator lacks");
   }
-  r->stop.emplace(std::move(stop));
-  if (tokenizer_ != nullptr) r->detok.emplace(*tokenizer_);
+  r->text.emplace(tokenizer_, std::move(stop));
   return r;
 }
 
 grpc::Status LayerPipeService::Stream(grpc::ServerContext* ctx, const std::shared_ptr<Request>& r, int64_t offset,
                                       bool owner, grpc::ServerWriter<v1::GenerateResponse>* writer) {
   int64_t sent = offset;
+  const auto prompt_tokens = static_cast<int>(r->prompt.size());
   for (;;) {
-    pipeline_->WaitFor([&] { return static_cast<int64_t>(r->tokens.size()) > sent || r->done(); },
-                       absl::Milliseconds(100));
-    if (ctx->IsCancelled()) {
-      if (owner) pipeline_->Cancel(r);
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-    }
     v1::GenerateResponse msg;
     bool done;
     absl::Status error;
-    {
-      std::lock_guard<std::mutex> lock(pipeline_->mutex());
-      const int64_t n = static_cast<int64_t>(r->tokens.size());
-      msg.set_offset(sent);
-      std::string text;
-      for (int64_t i = sent; i < n; ++i) {
-        *msg.add_tokens() = r->tokens[i];
-        text += r->pieces[i];
-      }
-      sent = std::max(sent, n);
-      done = r->done();
-      error = r->error;
-      if (done && error.ok()) {
-        text += r->final_text;
-        msg.set_finish_reason(r->finish_reason);
-        msg.mutable_usage()->set_prompt_tokens(static_cast<int>(r->prompt.size()));
-        msg.mutable_usage()->set_completion_tokens(static_cast<int>(r->generated.size()));
-        v1::Timings* t = msg.mutable_timings();
-        const Clock::time_point end = r->finished.value_or(Clock::now());
-        t->set_queue_ms(Ms(r->created, r->admitted.value_or(end)));
-        t->set_total_ms(Ms(r->created, end));
-        if (r->first_token) {
-          t->set_time_to_first_token_ms(Ms(r->created, *r->first_token));
-          const double decode_s = Ms(*r->first_token, end) / 1e3;
-          if (r->generated.size() > 1 && decode_s > 0) t->set_decode_tokens_per_s((r->generated.size() - 1) / decode_s);
-        }
-      }
-      msg.set_text(text);
+    r->events.WaitThen(
+        [&](const RequestView& v) { return static_cast<int64_t>(v.tokens.size()) > sent || v.done(); },
+        absl::Milliseconds(100), [&](const RequestView& v) {
+          const int64_t n = static_cast<int64_t>(v.tokens.size());
+          msg.set_offset(sent);
+          std::string text;
+          for (int64_t i = sent; i < n; ++i) {
+            *msg.add_tokens() = v.tokens[i];
+            text += v.pieces[i];
+          }
+          sent = std::max(sent, n);
+          done = v.done();
+          error = v.error;
+          if (done && error.ok()) {
+            text += v.final_text;
+            msg.set_finish_reason(v.finish_reason);
+            msg.mutable_usage()->set_prompt_tokens(prompt_tokens);
+            msg.mutable_usage()->set_completion_tokens(static_cast<int>(n));
+            FillTimings(*r, v, msg.mutable_timings());
+          }
+          msg.set_text(text);
+        });
+    if (ctx->IsCancelled()) {
+      if (owner) pipeline_->Cancel(r);
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
     }
     if (msg.tokens_size() > 0 || !msg.text().empty() || (done && error.ok())) {
       if (!writer->Write(msg)) {
@@ -207,21 +210,28 @@ grpc::Status LayerPipeService::Score(grpc::ServerContext* ctx, const v1::ScoreRe
                                 " tokens at this vocabulary; ask for logprobs instead"));
   }
   if (auto st = pipeline_->Submit(r); !st.ok()) return ToGrpc(st);
-  while (!pipeline_->WaitFor([&] { return r->done(); }, absl::Milliseconds(100))) {
+  grpc::Status out;
+  auto done = [](const RequestView& v) { return v.done(); };
+  while (!r->events.WaitThen(done, absl::Milliseconds(100), [](const RequestView&) {})) {
     if (ctx->IsCancelled()) {
       pipeline_->Cancel(r);
       return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
     }
   }
-  std::lock_guard<std::mutex> lock(pipeline_->mutex());
-  if (!r->error.ok()) return ToGrpc(r->error);
-  if (r->finish_reason == "cancelled") return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
-  for (int32_t id : r->prompt) resp->add_ids(id);
-  resp->add_logprobs(0.0f);
-  for (float lp : r->score_logprobs) resp->add_logprobs(lp);
-  *resp->mutable_logits() = {r->logits.begin(), r->logits.end()};
-  resp->set_vocab_size(config_.vocab_size);
-  return grpc::Status::OK;
+  r->events.Read([&](const RequestView& v) {
+    if (!v.error.ok()) {
+      out = ToGrpc(v.error);
+    } else if (v.finish_reason == "cancelled") {
+      out = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    } else {
+      for (int32_t id : r->prompt) resp->add_ids(id);
+      resp->add_logprobs(0.0f);
+      for (float lp : v.score_logprobs) resp->add_logprobs(lp);
+      *resp->mutable_logits() = {v.logits.begin(), v.logits.end()};
+      resp->set_vocab_size(config_.vocab_size);
+    }
+  });
+  return out;
 }
 
 grpc::Status LayerPipeService::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
@@ -248,18 +258,22 @@ std::shared_ptr<Request> LayerPipeService::FindJob(const std::string& id) {
 
 void LayerPipeService::FillJobInfo(const Request& r, bool with_tokens, v1::JobInfo* info) {
   info->set_job_id(r.job_id);
-  info->set_state(JobStateOf(r));
   info->set_prompt_tokens(static_cast<int64_t>(r.prompt.size()));
-  info->set_prefilled_tokens(std::min<int64_t>(r.fed, static_cast<int64_t>(r.prompt.size())));
-  info->set_generated_tokens(static_cast<int64_t>(r.generated.size()));
-  info->set_finish_reason(r.finish_reason);
-  if (!r.error.ok()) info->set_error(std::string(r.error.message()));
-  if (with_tokens) {
-    for (int32_t id : r.generated) info->add_ids(id);
-    std::string text;
-    for (const std::string& p : r.pieces) text += p;
-    info->set_text(text + r.final_text);
-  }
+  r.events.Read([&](const RequestView& v) {
+    info->set_state(JobStateOf(v));
+    info->set_prefilled_tokens(v.prefilled);
+    info->set_generated_tokens(static_cast<int64_t>(v.tokens.size()));
+    info->set_finish_reason(v.finish_reason);
+    if (!v.error.ok()) info->set_error(std::string(v.error.message()));
+    if (with_tokens) {
+      std::string text;
+      for (size_t i = 0; i < v.tokens.size(); ++i) {
+        info->add_ids(v.tokens[i].id());
+        text += v.pieces[i];
+      }
+      info->set_text(text + v.final_text);
+    }
+  });
 }
 
 grpc::Status LayerPipeService::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::JobInfo* resp) {
@@ -267,7 +281,6 @@ grpc::Status LayerPipeService::GetJob(grpc::ServerContext* ctx, const v1::GetJob
   if (!pass.ok()) return ToGrpc(pass.status());
   auto r = FindJob(req->job_id());
   if (!r) return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown job id \"", req->job_id(), "\""));
-  std::lock_guard<std::mutex> lock(pipeline_->mutex());
   FillJobInfo(*r, true, resp);
   return grpc::Status::OK;
 }
@@ -289,7 +302,6 @@ grpc::Status LayerPipeService::CancelJob(grpc::ServerContext* ctx, const v1::Can
   auto r = FindJob(req->job_id());
   if (!r) return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown job id \"", req->job_id(), "\""));
   pipeline_->Cancel(r);
-  std::lock_guard<std::mutex> lock(pipeline_->mutex());
   FillJobInfo(*r, false, resp);
   return grpc::Status::OK;
 }
@@ -303,7 +315,6 @@ grpc::Status LayerPipeService::ListJobs(grpc::ServerContext* ctx, const v1::List
     std::lock_guard<std::mutex> lock(jobs_mu_);
     for (auto& [id, r] : jobs_) jobs.push_back(r);
   }
-  std::lock_guard<std::mutex> lock(pipeline_->mutex());
   for (auto& r : jobs) FillJobInfo(*r, false, resp->add_jobs());
   return grpc::Status::OK;
 }

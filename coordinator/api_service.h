@@ -50,7 +50,7 @@ class LayerPipeService final : public v1::LayerPipe::Service {
   grpc::Status Stream(grpc::ServerContext* ctx, const std::shared_ptr<Request>& r, int64_t offset, bool owner,
                       grpc::ServerWriter<v1::GenerateResponse>* writer);
   std::shared_ptr<Request> FindJob(const std::string& id);
-  void FillJobInfo(const Request& r, bool with_tokens, v1::JobInfo* info);  // under the pipeline lock
+  static void FillJobInfo(const Request& r, bool with_tokens, v1::JobInfo* info);
 
   const ModelConfig config_;
   const Tokenizer* tokenizer_;

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "common/metrics.h"
 #include "common/sliding_rate.h"
-#include "coordinator/planner.h"
+#include "coordinator/scheduling/planner.h"
 #include "coordinator/request.h"
 #include "proto/layerpipe.pb.h"
 

@@ -1,6 +1,7 @@
-// Drives the worker pipeline: assigns layer ranges, admits requests against each stage's KV capacity,
-// builds steps (continuous batching: every ready decode token plus at most one prefill chunk), keeps
-// up to one step in flight per stage, collects sampled ids, and rebuilds everything after a fault.
+// Drives the worker pipeline: assigns layer ranges, admits requests (scheduling/kv_admission.h), sends
+// the steps the scheduler plans (scheduling/scheduler.h) to stage 0, applies the results the last stage
+// reports, publishes each request's progress to its clients (request_events.h), and rebuilds everything
+// after a fault (recovery.cc). One private lock guards the scheduling state; clients never take it.
 #ifndef LAYERPIPE_COORDINATOR_PIPELINE_H_
 #define LAYERPIPE_COORDINATOR_PIPELINE_H_
 
@@ -19,8 +20,10 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "coordinator/coordinator_metrics.h"
-#include "coordinator/planner.h"
+#include "coordinator/scheduling/planner.h"
 #include "coordinator/request.h"
+#include "coordinator/scheduling/kv_admission.h"
+#include "coordinator/scheduling/scheduler.h"
 #include "engine/model/config.h"
 #include "engine/model/precision.h"
 #include "proto/layerpipe.grpc.pb.h"
@@ -63,14 +66,6 @@ class Pipeline {
   // From StepSink.
   void OnStepDone(const v1::StepResult& result);
 
-  // Waits until `pred` holds (checked under the pipeline's lock) or `timeout` passes.
-  template <typename Pred>
-  bool WaitFor(Pred pred, absl::Duration timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return updated_.wait_for(lock, absl::ToChronoMilliseconds(timeout), pred);
-  }
-  std::mutex& mutex() { return mu_; }
-
   v1::ClusterStatusResponse Status();
   bool ready() const { return ready_.load(); }
 
@@ -82,9 +77,6 @@ class Pipeline {
     std::string address;
     LayerRange range;
     std::unique_ptr<v1::Worker::Stub> stub;
-    int64_t kv_capacity = 0;
-    int64_t kv_reserved = 0;
-    bool draining = false;  // the worker is shutting down: admit nothing until it is replaced
   };
   struct InFlightStep {
     uint64_t step_id;
@@ -93,15 +85,19 @@ class Pipeline {
     std::chrono::steady_clock::time_point sent;
   };
 
-  void Run();           // the scheduler thread
-  void HealthLoop();    // probes every stage
+  void Run();  // the scheduler thread
+  // recovery.cc: probing the stages, (re)assigning them, and replaying after a fault.
+  void HealthLoop();
   absl::Status AssignAll(uint64_t epoch, absl::Duration rpc_deadline);
-  bool BuildStep(v1::StepFrame* frame, InFlightStep* step);  // under mu_
-  void ApplyResult(const v1::StepResult& result);            // under mu_
-  void HandleToken(Request& r, const v1::SliceResult& s);    // under mu_
-  void Finish(Request& r, const std::string& reason, absl::Status error);  // under mu_
-  void Admit();                                              // under mu_
   void Recover(std::unique_lock<std::mutex>& lock, const std::string& why);
+
+  // Under mu_.
+  bool NextStep(v1::StepFrame* frame, InFlightStep* step);
+  void ApplyResult(const v1::StepResult& result);
+  void HandleToken(Request& r, const v1::SliceResult& s);
+  void Finish(Request& r, const std::string& reason, absl::Status error);
+  void Admit();
+  void FinishAll(const std::string& reason, const absl::Status& error);  // every admitted and queued request
   absl::Status Enqueue(std::shared_ptr<Request> request);  // Submit, but for counting its outcome
 
   const ModelConfig config_;
@@ -111,8 +107,9 @@ class Pipeline {
 
   std::mutex mu_;
   std::condition_variable wake_;     // the scheduler
-  std::condition_variable updated_;  // request waiters
-  std::deque<std::shared_ptr<Request>> queue_;            // waiting for admission
+  std::condition_variable idle_;     // Drain: nothing admitted or queued
+  KvAdmission admission_;                                 // the stages' budgets and the queue
+  Scheduler scheduler_;
   std::vector<std::shared_ptr<Request>> running_;         // admitted, not done
   std::deque<v1::StepResult> results_;
   std::map<uint64_t, InFlightStep> in_flight_;
@@ -120,11 +117,10 @@ class Pipeline {
   std::string fault_;  // set by anyone who notices one; the scheduler recovers
   uint64_t epoch_ = 0;
   uint64_t next_step_ = 1;
-  size_t prefill_rr_ = 0;
   bool stopping_ = false;
   bool draining_ = false;  // this coordinator is shutting down
   std::atomic<bool> ready_{false};
-  std::thread scheduler_, health_;
+  std::thread scheduler_thread_, health_;
   CoordinatorMetrics metrics_;
 };
 

@@ -1,5 +1,6 @@
-// One client request as the coordinator tracks it: its tokens, where its KV stands in the pipeline,
-// and what has been streamed. Every field after the constant part is guarded by Pipeline's mutex.
+// One client request as the coordinator tracks it: its tokens and where its KV stands in the pipeline.
+// Every field after the constant part belongs to the pipeline (guarded by its private lock); what
+// clients see is published into `events`, which has a lock of its own (request_events.h).
 #ifndef LAYERPIPE_COORDINATOR_REQUEST_H_
 #define LAYERPIPE_COORDINATOR_REQUEST_H_
 
@@ -11,15 +12,16 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "coordinator/request_events.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/stop_conditions.h"
+#include "engine/sampling/text_stream.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "proto/layerpipe.pb.h"
 
 namespace layerpipe {
 
 enum class RequestKind { kGenerate, kScore };
-enum class RequestState { kQueued, kPrefilling, kDecoding, kDone };
 
 struct Request {
   using Clock = std::chrono::steady_clock;
@@ -34,8 +36,7 @@ struct Request {
   int top_logprobs = 0;
   int max_new_tokens = 0;
   bool return_logits = false;
-  std::optional<StopChecker> stop;
-  std::optional<StreamingDetokenizer> detok;
+  std::optional<TextStream> text;  // ids -> streamed text, and when to stop
   Clock::time_point created = Clock::now();
 
   // Progress.
@@ -45,9 +46,6 @@ struct Request {
   int in_flight = 0;  // steps carrying this sequence on their way through the pipeline
   bool cancel_requested = false;
   std::vector<int32_t> generated;
-  std::vector<v1::TokenInfo> tokens;  // one per generated id
-  std::vector<std::string> pieces;    // text released with each generated id (same length as tokens)
-  std::string final_text;             // text released when the request ended (held-back bytes)
   std::string finish_reason;
   absl::Status error;
   std::vector<float> score_logprobs;  // for kScore: log p(ids[i+1] | ...), in order
@@ -55,7 +53,13 @@ struct Request {
   std::vector<int64_t> kv_reserved;   // bytes per stage, while admitted
   std::optional<Clock::time_point> admitted, first_token, last_token, finished;
 
+  RequestEvents events;  // what clients see
+
   bool done() const { return state == RequestState::kDone; }
+  // Positions the whole sequence can reach: what its KV is sized for.
+  int64_t SequenceTokens() const {
+    return static_cast<int64_t>(prompt.size()) + (kind == RequestKind::kGenerate ? max_new_tokens : 0);
+  }
   int64_t known() const { return static_cast<int64_t>(prompt.size() + generated.size()); }
   int32_t token_at(int64_t i) const {
     return i < static_cast<int64_t>(prompt.size()) ? prompt[i] : generated[i - prompt.size()];

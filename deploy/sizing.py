@@ -5,7 +5,7 @@ Prints the sizing tables of docs/deploy.md (between its `sizing:begin` and `sizi
 --check FILE, exits 1 unless FILE holds exactly these tables. The shapes are those of
 shared/docs/MODEL.md; the KV rules mirror engine/cpu/kv_cache.h (a sliding layer allocates its whole window
 ring at a sequence's first token, a full layer grows by pages of 256 positions) and the default split is a
-port of coordinator/planner.cc's PlanLayerRanges.
+port of coordinator/scheduling/planner.cc's PlanLayerRanges.
 """
 import argparse
 import math
@@ -68,7 +68,7 @@ def kv_bytes(begin, end, tokens, bytes_per_value=BF16):
 
 
 def plan_layer_ranges(workers):
-    """coordinator/planner.cc PlanLayerRanges for the 12B: contiguous ranges minimising the largest cost."""
+    """coordinator/scheduling/planner.cc PlanLayerRanges for the 12B: contiguous ranges minimising the largest cost."""
     n = len(LAYER_TYPES)
     workers = max(1, min(workers, n))
 

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/sampling/text_stream.h"
 
 namespace layerpipe {
 namespace {
@@ -52,9 +53,7 @@ absl::StatusOr<GenerateResult> Generate(Engine& engine, const Tokenizer* tokeniz
   if (auto st = engine.ValidateIds(request.prompt); !st.ok()) return st;
 
   Sampler sampler(request.sampling, static_cast<int>(cfg.vocab_size));
-  StopChecker stop(request.stop);
-  std::optional<StreamingDetokenizer> detok;
-  if (tokenizer != nullptr) detok.emplace(*tokenizer);
+  TextStream text(tokenizer, request.stop);
 
   auto kv = engine.NewSequence();
   std::vector<int32_t> history = request.prompt;
@@ -71,18 +70,11 @@ absl::StatusOr<GenerateResult> Generate(Engine& engine, const Tokenizer* tokeniz
     if (result.ids.empty()) first_token = Clock::now();
     result.ids.push_back(id);
     history.push_back(id);
-    const std::string piece = detok ? detok->Push(id) : std::string();
-    const StopChecker::Reason reason = stop.Push(id, piece);
-    if (on_text) {
-      if (std::string text = stop.TakeEmittable(); !text.empty()) on_text(text);
-    }
-    if (reason != StopChecker::Reason::kNone) {
-      result.finish_reason = reason == StopChecker::Reason::kMaxTokens ? "length" : "stop";
-      if (on_text && reason == StopChecker::Reason::kMaxTokens) {
-        // The run ended on length: bytes of an unfinished character still belong to the output.
-        std::string rest = stop.Flush() + (detok ? detok->Flush() : std::string());
-        if (!rest.empty()) on_text(rest);
-      }
+    const TextStream::Step step = text.Push(id);
+    if (on_text && !step.text.empty()) on_text(step.text);
+    if (on_text && !step.final_text.empty()) on_text(step.final_text);
+    if (step.reason != StopChecker::Reason::kNone) {
+      result.finish_reason = step.reason == StopChecker::Reason::kMaxTokens ? "length" : "stop";
       break;
     }
     next.assign(1, id);

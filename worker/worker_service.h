@@ -42,34 +42,11 @@
 #include "transport/outbox.h"
 #include "worker/stage.h"
 #include "worker/step_sequencer.h"
+#include "worker/assignment.h"
 #include "worker/worker_metrics.h"
+#include "worker/worker_options.h"
 
 namespace layerpipe {
-
-// Largest gRPC message a worker takes or sends: a frame of kMaxRowsPerFrame fp32 rows of the real
-// model is 120 MiB, a result with kMaxReturnedLogits logits 256 MiB.
-inline constexpr int kMaxMessageBytes = 512 << 20;
-
-struct WorkerOptions {
-  std::string listen_address = "127.0.0.1:0";
-  // Used when an AssignRequest leaves model_dir empty.
-  std::string default_model_dir;
-  int threads = 0;              // compute threads; 0: LAYERPIPE_THREADS or all cores
-  int64_t kv_budget_bytes = 0;  // 0: half the physical memory
-  OutboxOptions outbox;
-  // Runs the assigned layers; empty: the CPU executor on the worker's thread pool.
-  BackendMaker make_backend;
-  // Picks the hop to the next stage per assignment (e.g. MPI between ranks of one job); unset, or
-  // returning null: gRPC to the assignment's next_address.
-  NextHopFactory next_hop;
-  // This worker's host name, offered with its device when it links to the next stage (two stages on
-  // one GPU cannot link). Empty: gethostname().
-  std::string host_name;
-  // Mutual TLS: the server's credentials (demanding a client certificate) and the channels' to the next
-  // stage and the coordinator (presenting the same certificate). Null: plaintext.
-  std::shared_ptr<grpc::ServerCredentials> server_credentials;
-  std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
-};
 
 class WorkerService final : public v1::Worker::Service {
  public:
@@ -100,43 +77,12 @@ class WorkerService final : public v1::Worker::Service {
   MetricsRegistry& metrics() { return metrics_.registry(); }
 
  private:
-  // Everything one Assign set up; replaced whole by the next.
-  struct Assignment {
-    uint64_t epoch = 0;
-    v1::AssignRequest request;  // with model_dir resolved
-    std::shared_ptr<const ModelWeights> weights;
-    std::unique_ptr<Stage> stage;
-    std::shared_ptr<NextHop> next;
-    std::shared_ptr<v1::StepSink::StubInterface> sink;
-    // The device link from the previous stage, once it offered one (OpenPeerLink): ready when both
-    // ends have joined. Rows arrive once per step_id, at the first sight of its frame; a frame that
-    // is refused or resent later still finds its rows in `linked_rows`.
-    std::mutex link_mu;
-    std::optional<std::shared_future<absl::StatusOr<std::shared_ptr<PeerLink>>>> inbound;
-    std::string inbound_sender;  // FailedDeviceLinks::SenderKey of the stage that offered it
-    bool received_on_link = false;
-    uint64_t last_linked_step = 0;
-    std::map<uint64_t, std::unique_ptr<DeviceRows>> linked_rows;
-    // The joined inbound link, for RetireLinks (never blocked on, unlike link_mu); `retired` also makes
-    // a join still in progress give up.
-    std::mutex retire_mu;
-    std::shared_ptr<PeerLink> joined;
-    std::atomic<bool> retired{false};
-  };
-
   absl::StatusOr<std::shared_ptr<const ModelWeights>> WeightsFor(const v1::AssignRequest& request,
                                                                  const ModelConfig& config);
   absl::Status DoAssign(const v1::AssignRequest& request, v1::AssignResponse* response);
   absl::Status AcceptStep(const v1::StepFrame& frame);
-  // Aborts `a`'s device links (both directions): a compute thread waiting for rows from a peer that
-  // is gone lets go, so a new Assign or Stop never waits on it.
-  static void RetireLinks(Assignment& a);
-  // Takes a hidden_on_link frame's rows off the inbound link the first time its step shows up (the link
-  // pairs sends and receives in order, so even a frame refused later must be received), keeping them
-  // for TakeLinked; null from TakeLinked when there are none.
-  absl::Status ReceiveLinked(Assignment& a, const v1::StepFrame& frame);
-  std::unique_ptr<DeviceRows> TakeLinked(Assignment& a, uint64_t step_id);
   absl::StatusOr<v1::PeerLinkReply> DoOpenPeerLink(const v1::PeerLinkRequest& request);
+  // compute_loop.cc: the one compute thread, running the queued steps in order.
   void ComputeLoop();
   void RecordStep(const Assignment& a, std::chrono::steady_clock::time_point start);
   void RunStep(Assignment& a, QueuedStep step);

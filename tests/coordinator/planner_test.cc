@@ -1,4 +1,4 @@
-#include "coordinator/planner.h"
+#include "coordinator/scheduling/planner.h"
 
 #include <gtest/gtest.h>
 

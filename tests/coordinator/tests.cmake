@@ -1,4 +1,7 @@
-target_link_libraries(planner_test PRIVATE layerpipe_coordinator_lib)
+# The scheduling tests link only the pure scheduling library; the planner test too.
+foreach(t planner_test kv_admission_test scheduler_test)
+  target_link_libraries(${t} PRIVATE layerpipe_scheduling)
+endforeach()
 add_test(NAME coordinator_behaviour
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/coordinator/coordinator_behaviour_test.py
                  --bin ${CMAKE_BINARY_DIR}/bin --src ${PROJECT_SOURCE_DIR}

@@ -193,7 +193,7 @@ def check_sizing(ctx):
     decoder = sum(sizing.LAYER_BYTES[t] for t in sizing.LAYER_TYPES)
     need(decoder == 21_801_427_040, f"decoder weights {decoder} != MODEL.md's 21,801,427,040 bytes")
     need(sizing.kv_bytes(0, 48, 262144) - 40 * 1024 * 2 * 8 * 256 * 2 == 4 << 30, "full-layer KV at 262,144 tokens != 4 GiB")
-    # PlanLayerRanges of coordinator/planner.cc for the 12B config, as the C++ computed it when the port was
+    # PlanLayerRanges of coordinator/scheduling/planner.cc for the 12B config, as the C++ computed it when the port was
     # written; a change of the planner shows here.
     for workers, split in ((2, "0-25,26-47"), (4, "0-12,13-25,26-38,39-47"),
                            (8, "0-5,6-11,12-17,18-24,25-31,32-38,39-45,46-47")):

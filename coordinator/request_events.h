@@ -1,0 +1,77 @@
+// What the clients of one request see of it (its tokens and text so far, its state, its end), with a
+// lock of its own: the pipeline publishes into it as the request progresses, and the API's handlers
+// wait on it and read it without ever taking the pipeline's lock (so a slow client never holds up the
+// scheduler, and the scheduler's lock stays private to it).
+#ifndef LAYERPIPE_COORDINATOR_REQUEST_EVENTS_H_
+#define LAYERPIPE_COORDINATOR_REQUEST_EVENTS_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "proto/layerpipe.pb.h"
+
+namespace layerpipe {
+
+enum class RequestState { kQueued, kPrefilling, kDecoding, kDone };
+
+struct RequestView {
+  using Clock = std::chrono::steady_clock;
+
+  RequestState state = RequestState::kQueued;
+  int64_t prefilled = 0;              // prompt positions the pipeline's KV holds
+  std::vector<v1::TokenInfo> tokens;  // one per generated id
+  std::vector<std::string> pieces;    // text released with each generated id (same length as tokens)
+  std::string final_text;             // text released when the request ended (held-back bytes)
+  std::string finish_reason;
+  absl::Status error;
+  std::vector<float> score_logprobs;  // a score request's, once done
+  std::vector<float> logits;          // a score request's with return_logits, once done
+  std::optional<Clock::time_point> admitted, first_token, finished;
+
+  bool done() const { return state == RequestState::kDone; }
+};
+
+class RequestEvents {
+ public:
+  // Applies `update` to the view and wakes every waiter.
+  template <typename Update>
+  void Publish(Update&& update) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      update(view_);
+    }
+    changed_.notify_all();
+  }
+
+  // Waits until `ready(view)` holds or `timeout` passes, then calls `read(view)` under the lock.
+  // Returns whether `ready` held.
+  template <typename Ready, typename Reader>
+  bool WaitThen(Ready&& ready, absl::Duration timeout, Reader&& read) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const bool ok = changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [&] { return ready(view_); });
+    read(view_);
+    return ok;
+  }
+
+  template <typename Reader>
+  void Read(Reader&& read) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    read(view_);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  RequestView view_;
+};
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_COORDINATOR_REQUEST_EVENTS_H_

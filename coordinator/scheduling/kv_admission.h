@@ -1,0 +1,74 @@
+// Who is admitted (the capacity side of scheduling): each stage's KV capacity and what admitted
+// requests have reserved of it, and the queue of requests that wait for room. Pure: no RPCs, no
+// threads, no locks (the pipeline calls it under its own).
+//
+// Policy: a request needs, on every stage, the KV bytes of its whole sequence (prompt + max_new_tokens,
+// engine/model/kv_bytes.h). One that can never fit a stage is refused with RESOURCE_EXHAUSTED and the
+// numbers; one that fits the capacity but not what is free waits. Waiting requests are admitted in
+// arrival order, each as soon as it fits (a small one may pass a large one that does not fit yet).
+// While any stage drains (its worker is shutting down) nothing is admitted: its sequences would have
+// to be replayed on the replacement anyway.
+#ifndef LAYERPIPE_COORDINATOR_SCHEDULING_KV_ADMISSION_H_
+#define LAYERPIPE_COORDINATOR_SCHEDULING_KV_ADMISSION_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/scheduling/planner.h"
+#include "coordinator/request.h"
+#include "engine/model/config.h"
+#include "engine/model/precision.h"
+
+namespace layerpipe {
+
+class KvAdmission {
+ public:
+  struct Stage {
+    std::string address;  // for messages
+    LayerRange range;
+    int64_t capacity = 0;  // bytes, as the worker reported in Assign
+    int64_t reserved = 0;  // by admitted requests
+    bool draining = false;
+  };
+
+  KvAdmission(const ModelConfig& config, Precision precision, std::vector<Stage> stages);
+
+  // Bytes per stage a sequence of `tokens` positions needs; RESOURCE_EXHAUSTED when it exceeds a
+  // stage's capacity (so it could never be admitted).
+  absl::StatusOr<std::vector<int64_t>> Need(int64_t tokens) const;
+
+  // Queues `request` (its kv_reserved set from Need) behind the others.
+  absl::Status Enqueue(std::shared_ptr<Request> request);
+  // Takes every queued request that fits now, in queue order, and reserves its bytes.
+  std::vector<std::shared_ptr<Request>> AdmitWaiting();
+  // Gives back what an admitted request reserved.
+  void Release(const Request& request);
+  // Drops a request that is still waiting; false when it was not queued.
+  bool Withdraw(const std::shared_ptr<Request>& request);
+  // Empties the queue (shutdown, giving up on recovery) and returns what was in it.
+  std::deque<std::shared_ptr<Request>> TakeQueue();
+
+  void SetCapacity(size_t stage, int64_t bytes) { stages_[stage].capacity = bytes; }
+  void SetDraining(size_t stage, bool draining) { stages_[stage].draining = draining; }
+  bool draining(size_t stage) const { return stages_[stage].draining; }
+  bool paused() const;  // some stage drains
+  const Stage& stage(size_t s) const { return stages_[s]; }
+  size_t stages() const { return stages_.size(); }
+  size_t queued() const { return queue_.size(); }
+
+ private:
+  bool Fits(const std::vector<int64_t>& need) const;
+
+  const ModelConfig config_;
+  const Precision precision_;
+  std::vector<Stage> stages_;
+  std::deque<std::shared_ptr<Request>> queue_;
+};
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_COORDINATOR_SCHEDULING_KV_ADMISSION_H_

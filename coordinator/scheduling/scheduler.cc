@@ -1,0 +1,45 @@
+#include "coordinator/scheduling/scheduler.h"
+
+#include <algorithm>
+
+namespace layerpipe {
+
+std::optional<StepPlan> Scheduler::Plan(const std::vector<std::shared_ptr<Request>>& running,
+                                        size_t steps_in_flight, bool releases_pending) {
+  if (steps_in_flight >= limits_.max_steps_in_flight) return std::nullopt;
+  StepPlan plan;
+  // A decode token needs the previous one's sample back, so a sequence in flight waits.
+  for (const auto& r : running) {
+    if (r->in_flight > 0 || r->done() || r->state != RequestState::kDecoding || r->sent == r->known()) continue;
+    if (static_cast<int>(plan.slices.size()) >= limits_.max_batch) break;
+    plan.slices.push_back({r, r->sent, r->known() - r->sent});
+  }
+  std::vector<std::shared_ptr<Request>> prefilling;
+  for (const auto& r : running) {
+    if (!r->done() && r->state == RequestState::kPrefilling && r->sent < r->known()) prefilling.push_back(r);
+  }
+  if (!prefilling.empty()) {
+    const std::shared_ptr<Request>& r = prefilling[prefill_rr_++ % prefilling.size()];
+    plan.slices.push_back({r, r->sent, std::min<int64_t>(limits_.prefill_chunk, r->known() - r->sent)});
+  }
+  if (plan.slices.empty() && !releases_pending) return std::nullopt;
+  return plan;
+}
+
+void Scheduler::MarkSent(const StepPlan& plan) {
+  for (const PlannedSlice& s : plan.slices) {
+    s.request->sent = s.pos0 + s.count;
+    ++s.request->in_flight;
+  }
+}
+
+void PrepareReplay(Request& r) {
+  r.fed = 0;
+  r.sent = 0;
+  r.in_flight = 0;
+  r.state = RequestState::kPrefilling;
+  r.score_logprobs.clear();
+  r.logits.clear();
+}
+
+}  // namespace layerpipe

@@ -1,0 +1,20 @@
+// A step plan as the frame stage 0 receives: for each slice the sequence, its first position and ids,
+// and what the last stage must do with it (sample, with the request's sampling parameters on its
+// first slice; score; return logits). Pure, so what the workers are told is testable without them.
+#ifndef LAYERPIPE_COORDINATOR_SCHEDULING_STEP_FRAME_H_
+#define LAYERPIPE_COORDINATOR_SCHEDULING_STEP_FRAME_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "coordinator/scheduling/scheduler.h"
+#include "proto/layerpipe.pb.h"
+
+namespace layerpipe {
+
+v1::StepFrame BuildStepFrame(const StepPlan& plan, uint64_t epoch, uint64_t step_id,
+                             const std::vector<uint64_t>& releases);
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_COORDINATOR_SCHEDULING_STEP_FRAME_H_
