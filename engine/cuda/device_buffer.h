@@ -1,10 +1,14 @@
-// An owned device allocation (cudaMalloc / cudaFree), movable, never copied.
+// Owned CUDA allocations: device memory (cudaMalloc / cudaFree), movable, never copied; and pinned
+// host memory (cudaMallocHost / cudaFreeHost) that only grows, for what is staged between host and
+// device: copies from it are truly asynchronous, which is why its users drain their stream before
+// they rewrite it.
 #ifndef LAYERPIPE_ENGINE_CUDA_DEVICE_BUFFER_H_
 #define LAYERPIPE_ENGINE_CUDA_DEVICE_BUFFER_H_
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -58,6 +62,32 @@ class DeviceBuffer {
     ptr_ = nullptr;
     bytes_ = 0;
   }
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() {
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+  }
+
+  // Grows to at least `bytes`; contents are undefined after growing.
+  absl::Status EnsureAtLeast(size_t bytes) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+    LP_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr_, bytes));
+    bytes_ = bytes;
+    return absl::OkStatus();
+  }
+  uint8_t* get() const { return static_cast<uint8_t*>(ptr_); }
+
+ private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };

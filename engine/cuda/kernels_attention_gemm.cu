@@ -1,5 +1,5 @@
 // The elementwise parts of prefill attention on tensor cores (the GEMMs run through cuBLASLt, see
-// cuda_backend.cc): staging queries, keys and values as bf16 GEMM operands, the masked softmax between
+// gemm_attention.cc): staging queries, keys and values as bf16 GEMM operands, the masked softmax between
 // the two products, and the scatter of the output into the step's attention rows.
 //
 // Keys and values are bf16 in this mode, exactly what the attention kernel reads. Queries and
