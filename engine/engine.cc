@@ -108,6 +108,19 @@ absl::StatusOr<std::vector<float>> Engine::Logits(const std::vector<float>& hidd
   return logits;
 }
 
+absl::StatusOr<std::vector<float>> Engine::LastHidden(absl::Span<const StepInput> inputs) {
+  const int64_t H = config_.hidden_size;
+  std::vector<float> hidden(inputs.size() * H);
+  auto head = [&](const std::vector<float>& rows, const std::vector<size_t>& finished) -> absl::Status {
+    for (size_t f = 0; f < finished.size(); ++f) {
+      std::copy_n(rows.begin() + f * H, H, hidden.begin() + finished[f] * H);
+    }
+    return absl::OkStatus();
+  };
+  if (auto st = Advance(inputs, head); !st.ok()) return st;
+  return hidden;
+}
+
 absl::StatusOr<std::vector<LogitRowSummary>> Engine::StepSummaries(absl::Span<const StepInput> inputs,
                                                                   absl::Span<const LogitRowRequest> requests,
                                                                   std::vector<float>* last_hidden) {

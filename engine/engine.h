@@ -50,6 +50,10 @@ class Engine {
   absl::StatusOr<std::vector<LogitRowSummary>> StepSummaries(absl::Span<const StepInput> inputs,
                                                              absl::Span<const LogitRowRequest> requests,
                                                              std::vector<float>* last_hidden = nullptr);
+  // Step, returning each input's final hidden row instead of its logits: [inputs][hidden], for the
+  // sampling head (engine/sampling/head.h).
+  absl::StatusOr<std::vector<float>> LastHidden(absl::Span<const StepInput> inputs);
+
   // Softcapped logits of `rows` final hidden rows (as StepSummaries returns them): [rows][vocab].
   absl::StatusOr<std::vector<float>> Logits(const std::vector<float>& hidden, int64_t rows);
 

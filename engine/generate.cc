@@ -5,33 +5,27 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/backend/head_ops.h"
+#include "engine/sampling/head.h"
 #include "engine/sampling/text_stream.h"
 
 namespace layerpipe {
 namespace {
 
-// One step of `in` and the token `sampler` picks. When the sampler works from a summary
-// (Sampler::UsesSummary) only that leaves the backend, which on a GPU keeps the 1 MiB logits row on
+// One step of `in` and the token `sampler` picks, through the same head as the pipeline's last stage
+// (engine/sampling/head.h): on a GPU a sampler that works from a summary keeps the 1 MiB logits row on
 // the device.
 absl::StatusOr<int32_t> NextToken(Engine& engine, const StepInput& in, Sampler& sampler,
                                   absl::Span<const int32_t> history) {
-  std::vector<int32_t> penalized;
-  LogitRowRequest request;
-  if (sampler.FillRequest(history, &request, &penalized, engine.executor().summarizes_on_device())) {
-    request.log_sum_exp = false;  // nothing here reports log-probabilities
-    std::vector<float> hidden;
-    auto summaries = engine.StepSummaries({&in, 1}, {&request, 1}, &hidden);
-    if (!summaries.ok()) return summaries.status();
-    int32_t token = 0;
-    if (sampler.SampleFromSummary((*summaries)[0], &token)) return token;
-    // A nucleus wider than the summary: the whole row, from the same hidden state.
-    auto logits = engine.Logits(hidden, 1);
-    if (!logits.ok()) return logits.status();
-    return sampler.Sample(*logits, history);
+  auto hidden = engine.LastHidden({&in, 1});
+  if (!hidden.ok()) return hidden.status();
+  const SampleRow row{&sampler, history, hidden->data(), /*top_logprobs=*/0, /*logprobs=*/false};
+  std::vector<SampledToken> out;
+  const ModelConfig& c = engine.config();
+  if (auto st = SampleRows(HeadOpsOf(engine.executor()), c.hidden_size, c.vocab_size, {&row, 1}, 1, &out); !st.ok()) {
+    return st;
   }
-  auto logits = engine.Step({&in, 1});
-  if (!logits.ok()) return logits.status();
-  return sampler.Sample((*logits)[0], history);
+  return out[0].token;
 }
 
 }  // namespace

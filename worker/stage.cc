@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "transport/hidden_codec.h"
 #include "engine/model/kv_bytes.h"
+#include "engine/backend/head_ops.h"
+#include "engine/sampling/head.h"
 #include "engine/sampling/logit_summary.h"
 #include "engine/sampling/logprobs.h"
 
@@ -160,15 +162,17 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
   result->set_epoch(frame.epoch());
   result->set_step_id(frame.step_id());
 
-  // Which rows need logits, in row order, and the result each slice fills. A row that only picks a
-  // token, with a sampler that can work from a summary (greedy, top-k, or plain temperature), gets one
-  // (engine/sampling/logit_summary.h): on a GPU its logits never leave the device. The others need the whole row.
+  // Which rows need logits, and the result each slice fills. A slice that only picks a token goes
+  // through the sampling head (engine/sampling/head.h: a summary where the sampler can work from one,
+  // so on a GPU its logits never leave the device); one that scores or returns logits needs every row.
   struct RowUse {
     int slice;
-    int64_t r;        // row within the slice
-    int64_t row;      // row within the frame
+    int64_t r;    // row within the slice
+    int64_t row;  // row within the frame
   };
-  std::vector<RowUse> uses, summary_uses;
+  std::vector<RowUse> uses;
+  std::vector<SampleRow> to_sample;
+  std::vector<int> sampled_slice;
   std::vector<v1::SliceResult*> out(frame.slices_size(), nullptr);
   int64_t row0 = 0;
   for (int i = 0; i < frame.slices_size(); ++i) {
@@ -184,51 +188,25 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
     if (s.sample() || all_rows) {
       out[i] = result->add_results();
       out[i]->set_seq_id(s.seq_id());
-      if (!all_rows && seq->sampler->UsesSummary(executor_->summarizes_on_device())) {
-        summary_uses.push_back({i, n - 1, row0 + n - 1});
+      if (!all_rows) {
+        to_sample.push_back({seq->sampler.get(), seq->history, hidden + (row0 + n - 1) * H, s.top_logprobs()});
+        sampled_slice.push_back(i);
       } else {
-        for (int64_t r = all_rows ? 0 : n - 1; r < n; ++r) uses.push_back({i, r, row0 + r});
+        for (int64_t r = 0; r < n; ++r) uses.push_back({i, r, row0 + r});
       }
     }
     row0 += n;
   }
 
+  std::vector<SampledToken> sampled;
+  if (auto st = SampleRows(HeadOpsOf(*executor_), H, V, to_sample, kHeadRowsPerCall, &sampled); !st.ok()) return st;
+  for (size_t k = 0; k < sampled.size(); ++k) SetSampled(sampled[k], out[sampled_slice[k]]);
+
   std::vector<float> rows_in;
-  // The hidden rows of list[b, b + m) into rows_in.
-  auto gather = [&](const std::vector<RowUse>& list, size_t b, int64_t m) {
-    rows_in.resize(static_cast<size_t>(m * H));
-    for (int64_t j = 0; j < m; ++j) std::copy_n(hidden + list[b + j].row * H, H, rows_in.begin() + j * H);
-  };
-  std::vector<std::vector<int32_t>> penalized;
-  std::vector<LogitRowRequest> requests;
-  std::vector<LogitRowSummary> summaries;
-  for (size_t b = 0; b < summary_uses.size(); b += kHeadRowsPerCall) {
-    const int64_t m = std::min<int64_t>(kHeadRowsPerCall, static_cast<int64_t>(summary_uses.size() - b));
-    gather(summary_uses, b, m);
-    penalized.assign(static_cast<size_t>(m), {});
-    requests.assign(static_cast<size_t>(m), {});
-    for (int64_t j = 0; j < m; ++j) {
-      const RowUse& u = summary_uses[b + j];
-      seqs[u.slice]->sampler->FillRequest(seqs[u.slice]->history, &requests[j], &penalized[j],
-                                          executor_->summarizes_on_device());
-      requests[j].top_raw = frame.slices(u.slice).top_logprobs();
-    }
-    if (auto st = executor_->SummarizeLogits(rows_in.data(), requests, &summaries); !st.ok()) return st;
-    for (int64_t j = 0; j < m; ++j) {
-      const RowUse& u = summary_uses[b + j];
-      const LogitRowSummary& summary = summaries[j];
-      int32_t token = 0;
-      if (!seqs[u.slice]->sampler->SampleFromSummary(summary, &token)) {
-        uses.push_back(u);  // a nucleus wider than the summary: from the whole row, below
-        continue;
-      }
-      SetSampled(token, SummaryRawValue(summary, token), summary.log_sum_exp,
-                 TopLogprobs(summary.top_raw, summary.log_sum_exp), out[u.slice]);
-    }
-  }
   for (size_t b = 0; b < uses.size(); b += kHeadRowsPerCall) {
     const int64_t m = std::min<int64_t>(kHeadRowsPerCall, static_cast<int64_t>(uses.size() - b));
-    gather(uses, b, m);
+    rows_in.resize(static_cast<size_t>(m * H));
+    for (int64_t j = 0; j < m; ++j) std::copy_n(hidden + uses[b + j].row * H, H, rows_in.begin() + j * H);
     logits_.resize(static_cast<size_t>(m * V));
     if (auto st = executor_->Logits(rows_in.data(), m, logits_.data()); !st.ok()) return st;
     for (int64_t j = 0; j < m; ++j) {
@@ -238,17 +216,15 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
       const absl::Span<const float> row(logits_.data() + j * V, static_cast<size_t>(V));
       const int64_t n = s.ids_size();
       const bool is_last_row = u.r == n - 1;
-      const bool want_logprobs = s.score() || (s.sample() && is_last_row);
-      const double lse = want_logprobs ? LogSumExp(row) : 0.0;
       if (s.return_logits()) res->mutable_logits()->Add(row.begin(), row.end());
       if (s.score()) {
+        const double lse = LogSumExp(row);
         const int32_t next = is_last_row ? s.next_id() : s.ids(static_cast<int>(u.r + 1));
         if (next >= 0) res->add_score_logprobs(static_cast<float>(row[next] - lse));
       }
       if (s.sample() && is_last_row) {
         Sequence* seq = seqs[u.slice];
-        const int32_t token = seq->sampler->Sample(row, seq->history);
-        SetSampled(token, row[token], lse, TopLogprobs(row, s.top_logprobs(), lse), res);
+        SetSampled(SampleFromRow(*seq->sampler, row, seq->history, s.top_logprobs()), res);
       }
     }
   }
@@ -256,14 +232,13 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
   return absl::OkStatus();
 }
 
-void Stage::SetSampled(int32_t token, float raw_logit, double lse, const std::vector<IdLogprob>& top,
-                       v1::SliceResult* res) {
-  res->set_token(token);
-  res->set_logprob(static_cast<float>(raw_logit - lse));
-  for (const IdLogprob& t : top) {
+void Stage::SetSampled(const SampledToken& t, v1::SliceResult* res) {
+  res->set_token(t.token);
+  res->set_logprob(t.logprob);
+  for (const IdLogprob& top : t.top) {
     v1::TopLogprob* entry = res->add_top();
-    entry->set_id(t.id);
-    entry->set_logprob(t.logprob);
+    entry->set_id(top.id);
+    entry->set_logprob(top.logprob);
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "engine/backend/layer_backend.h"
+#include "engine/sampling/head.h"
 #include "engine/sampling/logprobs.h"
 #include "engine/model/precision.h"
 #include "engine/sampling/sampler.h"
@@ -87,8 +88,7 @@ class Stage {
   absl::Status CheckKvBudget(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs) const;
   // Logits, sampling and scores of the last stage.
   // Fills a SliceResult's sampled token, its log-probability and the top log-probabilities.
-  static void SetSampled(int32_t token, float raw_logit, double lse, const std::vector<IdLogprob>& top,
-                         v1::SliceResult* res);
+  static void SetSampled(const SampledToken& token, v1::SliceResult* res);
   absl::Status RunHead(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs, const float* hidden,
                v1::StepResult* result);
 
