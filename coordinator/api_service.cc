@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
+#include "proto/sampling_params.h"
 #include "engine/tokenizer/chat_format.h"
 
 namespace layerpipe {
@@ -104,13 +105,7 @@ absl::StatusOr<std::shared_ptr<Request>> LayerPipeService::BuildGenerate(const v
     return absl::InvalidArgumentError(absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs, "]"));
   }
   const v1::SamplingParams& sp = req.sampling();
-  SamplingParams p;
-  if (sp.has_temperature()) p.temperature = sp.temperature();
-  if (sp.has_top_k()) p.top_k = sp.top_k();
-  if (sp.has_top_p()) p.top_p = sp.top_p();
-  if (sp.has_min_p()) p.min_p = sp.min_p();
-  if (sp.has_repetition_penalty()) p.repetition_penalty = sp.repetition_penalty();
-  if (sp.has_seed()) p.seed = sp.seed();
+  const SamplingParams p = ToSamplingParams(sp);
   if (auto st = ValidateSamplingParams(p); !st.ok()) return st;
   r->sampling = p;
   r->sampling_proto = sp;

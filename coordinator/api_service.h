@@ -13,6 +13,7 @@
 #include "coordinator/pipeline.h"
 #include "engine/model/config.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "proto/internal.grpc.pb.h"
 #include "proto/layerpipe.grpc.pb.h"
 
 namespace layerpipe {
@@ -62,10 +63,10 @@ class LayerPipeService final : public v1::LayerPipe::Service {
   std::map<std::string, std::shared_ptr<Request>> jobs_;
 };
 
-class StepSinkService final : public v1::StepSink::Service {
+class StepSinkService final : public internal::v1::StepSink::Service {
  public:
   explicit StepSinkService(Pipeline* pipeline) : pipeline_(pipeline) {}
-  grpc::Status StepDone(grpc::ServerContext*, const v1::StepResult* result, v1::StepAck*) override {
+  grpc::Status StepDone(grpc::ServerContext*, const internal::v1::StepResult* result, internal::v1::StepAck*) override {
     pipeline_->OnStepDone(*result);
     return grpc::Status::OK;
   }

@@ -122,7 +122,7 @@ void CoordinatorMetrics::OnFinished(const Request& r) {
 
 void CoordinatorMetrics::OnRecovery() { recoveries_.Increment(); }
 
-void CoordinatorMetrics::OnStageStatus(size_t stage, const v1::WorkerStatus* status) {
+void CoordinatorMetrics::OnStageStatus(size_t stage, const internal::v1::WorkerStatus* status) {
   if (stage >= stages_.size()) return;
   StageMetrics& m = stages_[stage];
   m.up->Set(status != nullptr ? 1 : 0);

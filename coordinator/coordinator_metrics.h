@@ -16,7 +16,7 @@
 #include "common/sliding_rate.h"
 #include "coordinator/scheduling/planner.h"
 #include "coordinator/request.h"
-#include "proto/layerpipe.pb.h"
+#include "proto/internal.pb.h"
 
 namespace layerpipe {
 
@@ -51,7 +51,7 @@ class CoordinatorMetrics {
   void OnFinished(const Request& r);
   void OnRecovery();
   // A health probe of stage `stage`: its worker's status, or null when it did not answer.
-  void OnStageStatus(size_t stage, const v1::WorkerStatus* status);
+  void OnStageStatus(size_t stage, const internal::v1::WorkerStatus* status);
 
  private:
   struct StageMetrics {

@@ -47,7 +47,7 @@ Pipeline::Pipeline(const ModelConfig& config, PipelineOptions options)
     Stage st;
     st.address = opt_.workers[s];
     st.range = opt_.ranges[s];
-    st.stub = v1::Worker::NewStub(grpc::CreateCustomChannel(
+    st.stub = internal::v1::Worker::NewStub(grpc::CreateCustomChannel(
         st.address, opt_.worker_credentials ? opt_.worker_credentials : grpc::InsecureChannelCredentials(), args));
     stages_.push_back(std::move(st));
   }
@@ -178,7 +178,7 @@ void Pipeline::Finish(Request& r, const std::string& reason, absl::Status error)
   if (running_.empty() && admission_.queued() == 0) idle_.notify_all();
 }
 
-void Pipeline::OnStepDone(const v1::StepResult& result) {
+void Pipeline::OnStepDone(const internal::v1::StepResult& result) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     results_.push_back(result);
@@ -186,7 +186,7 @@ void Pipeline::OnStepDone(const v1::StepResult& result) {
   wake_.notify_all();
 }
 
-bool Pipeline::NextStep(v1::StepFrame* frame, InFlightStep* step) {
+bool Pipeline::NextStep(internal::v1::StepFrame* frame, InFlightStep* step) {
   std::optional<StepPlan> plan = scheduler_.Plan(running_, in_flight_.size(), !pending_release_.empty());
   if (!plan) return false;
   *frame = BuildStepFrame(*plan, epoch_, next_step_++, pending_release_);
@@ -201,7 +201,7 @@ bool Pipeline::NextStep(v1::StepFrame* frame, InFlightStep* step) {
   return true;
 }
 
-void Pipeline::HandleToken(Request& r, const v1::SliceResult& s) {
+void Pipeline::HandleToken(Request& r, const internal::v1::SliceResult& s) {
   const int32_t id = s.token();
   r.generated.push_back(id);
   v1::TokenInfo ti;
@@ -230,7 +230,7 @@ void Pipeline::HandleToken(Request& r, const v1::SliceResult& s) {
   }
 }
 
-void Pipeline::ApplyResult(const v1::StepResult& res) {
+void Pipeline::ApplyResult(const internal::v1::StepResult& res) {
   if (res.epoch() != epoch_) return;  // from before a recovery
   auto it = in_flight_.find(res.step_id());
   if (it == in_flight_.end()) return;
@@ -252,7 +252,7 @@ void Pipeline::ApplyResult(const v1::StepResult& res) {
     }
     return;
   }
-  std::map<uint64_t, const v1::SliceResult*> by_seq;
+  std::map<uint64_t, const internal::v1::SliceResult*> by_seq;
   for (const auto& s : res.results()) by_seq[s.seq_id()] = &s;
   for (size_t i = 0; i < step.requests.size(); ++i) {
     Request& r = *step.requests[i];
@@ -285,7 +285,7 @@ void Pipeline::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     while (!results_.empty()) {
-      v1::StepResult r = std::move(results_.front());
+      internal::v1::StepResult r = std::move(results_.front());
       results_.pop_front();
       ApplyResult(r);
     }
@@ -299,12 +299,12 @@ void Pipeline::Run() {
       Recover(lock, fault_);
       continue;
     }
-    v1::StepFrame frame;
+    internal::v1::StepFrame frame;
     InFlightStep step;
     if (NextStep(&frame, &step)) {
       in_flight_[step.step_id] = std::move(step);
       lock.unlock();
-      v1::StepAck ack;
+      internal::v1::StepAck ack;
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
       grpc::Status s = stages_[0].stub->Step(&ctx, frame, &ack);
@@ -336,8 +336,8 @@ v1::ClusterStatusResponse Pipeline::Status() {
     ss->set_address(stages_[s].address);
     ss->set_layer_begin(stages_[s].range.begin);
     ss->set_layer_end(stages_[s].range.end);
-    v1::WorkerStatusRequest req;
-    v1::WorkerStatus resp;
+    internal::v1::WorkerStatusRequest req;
+    internal::v1::WorkerStatus resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     if (stages_[s].stub->Status(&ctx, req, &resp).ok()) {

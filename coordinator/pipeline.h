@@ -26,7 +26,7 @@
 #include "coordinator/scheduling/scheduler.h"
 #include "engine/model/config.h"
 #include "engine/model/precision.h"
-#include "proto/layerpipe.grpc.pb.h"
+#include "proto/internal.grpc.pb.h"
 
 namespace layerpipe {
 
@@ -64,7 +64,7 @@ class Pipeline {
   void Cancel(const std::shared_ptr<Request>& request);
 
   // From StepSink.
-  void OnStepDone(const v1::StepResult& result);
+  void OnStepDone(const internal::v1::StepResult& result);
 
   v1::ClusterStatusResponse Status();
   bool ready() const { return ready_.load(); }
@@ -76,7 +76,7 @@ class Pipeline {
   struct Stage {
     std::string address;
     LayerRange range;
-    std::unique_ptr<v1::Worker::Stub> stub;
+    std::unique_ptr<internal::v1::Worker::Stub> stub;
   };
   struct InFlightStep {
     uint64_t step_id;
@@ -92,9 +92,9 @@ class Pipeline {
   void Recover(std::unique_lock<std::mutex>& lock, const std::string& why);
 
   // Under mu_.
-  bool NextStep(v1::StepFrame* frame, InFlightStep* step);
-  void ApplyResult(const v1::StepResult& result);
-  void HandleToken(Request& r, const v1::SliceResult& s);
+  bool NextStep(internal::v1::StepFrame* frame, InFlightStep* step);
+  void ApplyResult(const internal::v1::StepResult& result);
+  void HandleToken(Request& r, const internal::v1::SliceResult& s);
   void Finish(Request& r, const std::string& reason, absl::Status error);
   void Admit();
   void FinishAll(const std::string& reason, const absl::Status& error);  // every admitted and queued request
@@ -111,7 +111,7 @@ class Pipeline {
   KvAdmission admission_;                                 // the stages' budgets and the queue
   Scheduler scheduler_;
   std::vector<std::shared_ptr<Request>> running_;         // admitted, not done
-  std::deque<v1::StepResult> results_;
+  std::deque<internal::v1::StepResult> results_;
   std::map<uint64_t, InFlightStep> in_flight_;
   std::vector<uint64_t> pending_release_;
   std::string fault_;  // set by anyone who notices one; the scheduler recovers

@@ -20,7 +20,7 @@ void SetDeadline(grpc::ClientContext& ctx, absl::Duration d) {
 absl::Status Pipeline::AssignAll(uint64_t epoch, absl::Duration rpc_deadline) {
   for (size_t s = 0; s < stages_.size(); ++s) {
     Stage& st = stages_[s];
-    v1::AssignRequest req;
+    internal::v1::AssignRequest req;
     req.set_model_dir(opt_.model_dir);
     req.set_layer_begin(st.range.begin);
     req.set_layer_end(st.range.end);
@@ -31,7 +31,7 @@ absl::Status Pipeline::AssignAll(uint64_t epoch, absl::Duration rpc_deadline) {
     req.set_epoch(epoch);
     req.set_precision(PrecisionName(opt_.precision));
     req.set_stage(static_cast<int>(s));
-    v1::AssignResponse resp;
+    internal::v1::AssignResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(ctx, rpc_deadline);
     if (auto st2 = FromGrpc(st.stub->Assign(&ctx, req, &resp),
@@ -100,8 +100,8 @@ void Pipeline::HealthLoop() {
     }
     if (!ready_) continue;
     for (size_t s = 0; s < stages_.size(); ++s) {
-      v1::WorkerStatusRequest req;
-      v1::WorkerStatus resp;
+      internal::v1::WorkerStatusRequest req;
+      internal::v1::WorkerStatus resp;
       grpc::ClientContext ctx;
       SetDeadline(ctx, std::max(absl::Seconds(2), 2 * opt_.health_interval));
       grpc::Status st = stages_[s].stub->Status(&ctx, req, &resp);

@@ -80,7 +80,7 @@ int RunWorkerRank(JobControl& job, FrameLink& link, const WorkerRankSettings& s)
     NextHopFactory factory;
   };
   auto hops = std::make_shared<Hops>();
-  options.next_hop = [hops](const v1::AssignRequest& r) -> absl::StatusOr<std::shared_ptr<NextHop>> {
+  options.next_hop = [hops](const internal::v1::AssignRequest& r) -> absl::StatusOr<std::shared_ptr<NextHop>> {
     NextHopFactory factory;
     {
       std::lock_guard<std::mutex> lock(hops->mu);
@@ -126,7 +126,7 @@ int RunWorkerRank(JobControl& job, FrameLink& link, const WorkerRankSettings& s)
   WorkerService& service = server->service();
   std::atomic<bool> served{false};
   std::thread receiver([&] {
-    link.ServeFrames([&](const v1::StepFrame& f) { return service.TakeFrame(f); }, peers);
+    link.ServeFrames([&](const internal::v1::StepFrame& f) { return service.TakeFrame(f); }, peers);
     served = true;
   });
 

@@ -7,15 +7,15 @@
 
 namespace layerpipe {
 
-int64_t HiddenDTypeBytes(v1::HiddenDType dtype) {
+int64_t HiddenDTypeBytes(internal::v1::HiddenDType dtype) {
   switch (dtype) {
-    case v1::HIDDEN_F32: return 4;
-    case v1::HIDDEN_BF16: return 2;
+    case internal::v1::HIDDEN_F32: return 4;
+    case internal::v1::HIDDEN_BF16: return 2;
     default: return 0;
   }
 }
 
-absl::StatusOr<std::vector<float>> DecodeHidden(v1::HiddenDType dtype, const std::string& bytes, int64_t rows,
+absl::StatusOr<std::vector<float>> DecodeHidden(internal::v1::HiddenDType dtype, const std::string& bytes, int64_t rows,
                                                 int64_t hidden_size) {
   const int64_t elem = HiddenDTypeBytes(dtype);
   if (elem == 0) return absl::InvalidArgumentError(absl::StrCat("unknown hidden_dtype ", static_cast<int>(dtype)));
@@ -23,11 +23,11 @@ absl::StatusOr<std::vector<float>> DecodeHidden(v1::HiddenDType dtype, const std
   if (static_cast<int64_t>(bytes.size()) != values * elem) {
     return absl::InvalidArgumentError(absl::StrCat("hidden holds ", bytes.size(), " bytes but ", rows, " rows × ",
                                                    hidden_size, " × ", elem, " bytes (",
-                                                   v1::HiddenDType_Name(dtype), ") = ", values * elem,
+                                                   internal::v1::HiddenDType_Name(dtype), ") = ", values * elem,
                                                    " were expected"));
   }
   std::vector<float> out(static_cast<size_t>(values));
-  if (dtype == v1::HIDDEN_F32) {
+  if (dtype == internal::v1::HIDDEN_F32) {
     if (values > 0) std::memcpy(out.data(), bytes.data(), bytes.size());
     return out;
   }
@@ -43,9 +43,9 @@ absl::StatusOr<std::vector<float>> DecodeHidden(v1::HiddenDType dtype, const std
   return out;
 }
 
-void EncodeHidden(const float* hidden, int64_t rows, int64_t hidden_size, v1::HiddenDType dtype, std::string* out) {
+void EncodeHidden(const float* hidden, int64_t rows, int64_t hidden_size, internal::v1::HiddenDType dtype, std::string* out) {
   const int64_t values = rows * hidden_size;
-  if (dtype == v1::HIDDEN_BF16) {
+  if (dtype == internal::v1::HIDDEN_BF16) {
     // Written in place: a string's heap buffer is suitably aligned for uint16_t.
     out->resize(static_cast<size_t>(values) * sizeof(uint16_t));
     F32ToBf16Row(hidden, reinterpret_cast<uint16_t*>(out->data()), values);

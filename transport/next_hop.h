@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/device_handoff.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/layerpipe.grpc.pb.h"
+#include "proto/internal.grpc.pb.h"
 
 namespace layerpipe {
 
@@ -23,12 +23,12 @@ class NextHop {
   // Delivers `frame` and returns what the next stage answered (its WorkerService::Step status).
   // UNAVAILABLE or DEADLINE_EXCEEDED mean "not delivered, may be tried again"; the outbox retries
   // those. `ctx` carries the attempt's deadline and is TryCancel()ed when the outbox stops.
-  virtual grpc::Status Send(grpc::ClientContext* ctx, const v1::StepFrame& frame) = 0;
+  virtual grpc::Status Send(grpc::ClientContext* ctx, const internal::v1::StepFrame& frame) = 0;
 
   // A frame whose activations are still `rows` in device memory (frame.hidden empty). The default
   // copies them into frame.hidden (once: retries find them there) and calls Send; a device transport
   // moves them itself.
-  virtual grpc::Status SendRows(grpc::ClientContext* ctx, v1::StepFrame& frame,
+  virtual grpc::Status SendRows(grpc::ClientContext* ctx, internal::v1::StepFrame& frame,
                                 const std::shared_ptr<const DeviceRows>& rows);
   // Whether the stage should leave its output in device memory for this hop (see SendRows).
   virtual bool WantsDeviceRows() const { return false; }
@@ -48,17 +48,17 @@ class NextHop {
 // The default hop: the next worker's Step RPC.
 class GrpcNextHop final : public NextHop {
  public:
-  explicit GrpcNextHop(std::shared_ptr<v1::Worker::StubInterface> stub) : stub_(std::move(stub)) {}
-  grpc::Status Send(grpc::ClientContext* ctx, const v1::StepFrame& frame) override;
+  explicit GrpcNextHop(std::shared_ptr<internal::v1::Worker::StubInterface> stub) : stub_(std::move(stub)) {}
+  grpc::Status Send(grpc::ClientContext* ctx, const internal::v1::StepFrame& frame) override;
   std::string transport() const override { return "grpc"; }
 
  private:
-  std::shared_ptr<v1::Worker::StubInterface> stub_;
+  std::shared_ptr<internal::v1::Worker::StubInterface> stub_;
 };
 
 // Chooses the hop of a stage that is not the last, given its assignment. A null result means the
 // default gRPC hop to request.next_address(); an error fails the Assign with that status.
-using NextHopFactory = std::function<absl::StatusOr<std::shared_ptr<NextHop>>(const v1::AssignRequest& request)>;
+using NextHopFactory = std::function<absl::StatusOr<std::shared_ptr<NextHop>>(const internal::v1::AssignRequest& request)>;
 
 }  // namespace layerpipe
 

@@ -25,8 +25,8 @@ void Outbox::SetEpoch(uint64_t epoch) {
   cv_.notify_all();  // wakes a backoff wait so it can notice
 }
 
-void Outbox::Forward(std::shared_ptr<NextHop> next, std::shared_ptr<v1::StepSink::StubInterface> sink, int stage,
-                     v1::StepFrame frame, std::shared_ptr<const DeviceRows> rows) {
+void Outbox::Forward(std::shared_ptr<NextHop> next, std::shared_ptr<internal::v1::StepSink::StubInterface> sink, int stage,
+                     internal::v1::StepFrame frame, std::shared_ptr<const DeviceRows> rows) {
   Item item;
   item.epoch = frame.epoch();
   item.stage = stage;
@@ -40,7 +40,7 @@ void Outbox::Forward(std::shared_ptr<NextHop> next, std::shared_ptr<v1::StepSink
   cv_.notify_all();
 }
 
-void Outbox::Report(std::shared_ptr<v1::StepSink::StubInterface> sink, v1::StepResult result) {
+void Outbox::Report(std::shared_ptr<internal::v1::StepSink::StubInterface> sink, internal::v1::StepResult result) {
   Item item;
   item.epoch = result.epoch();
   item.sink = std::move(sink);
@@ -138,7 +138,7 @@ void Outbox::Send(Item& item) {
       sending_hop_ = nullptr;
     }
     if (st.ok() || !Current(item.epoch)) return;
-    v1::StepResult failure;
+    internal::v1::StepResult failure;
     failure.set_epoch(item.frame.epoch());
     failure.set_step_id(item.frame.step_id());
     failure.set_stage(item.stage + 1);
@@ -152,7 +152,7 @@ void Outbox::Send(Item& item) {
                  static_cast<unsigned long long>(item.result.step_id()), item.result.error().c_str());
     return;
   }
-  v1::StepAck ack;
+  internal::v1::StepAck ack;
   const grpc::Status st = WithRetries(item.epoch, [&](grpc::ClientContext* ctx) {
     return item.sink->StepDone(ctx, item.result, &ack);
   });

@@ -13,7 +13,7 @@
 
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/layerpipe.grpc.pb.h"
+#include "proto/internal.grpc.pb.h"
 #include "transport/next_hop.h"
 
 namespace layerpipe {
@@ -39,10 +39,10 @@ class Outbox {
   // Sends `frame` to the next stage. If it cannot be delivered, the coordinator gets a StepResult
   // with the error, blamed on stage `stage` + 1 (the one that did not take it). `rows`, when set, are
   // the frame's activations still in device memory (NextHop::SendRows).
-  void Forward(std::shared_ptr<NextHop> next, std::shared_ptr<v1::StepSink::StubInterface> sink, int stage,
-               v1::StepFrame frame, std::shared_ptr<const DeviceRows> rows = nullptr);
+  void Forward(std::shared_ptr<NextHop> next, std::shared_ptr<internal::v1::StepSink::StubInterface> sink, int stage,
+               internal::v1::StepFrame frame, std::shared_ptr<const DeviceRows> rows = nullptr);
   // Sends a result (or a step's error) to the coordinator.
-  void Report(std::shared_ptr<v1::StepSink::StubInterface> sink, v1::StepResult result);
+  void Report(std::shared_ptr<internal::v1::StepSink::StubInterface> sink, internal::v1::StepResult result);
 
   // Time spent in sends, successful or not.
   double transfer_ms_total() const { return transfer_us_.load() / 1000.0; }
@@ -57,10 +57,10 @@ class Outbox {
     uint64_t epoch = 0;
     int stage = 0;
     std::shared_ptr<NextHop> next;  // set: a frame to forward
-    std::shared_ptr<v1::StepSink::StubInterface> sink;
-    v1::StepFrame frame;
+    std::shared_ptr<internal::v1::StepSink::StubInterface> sink;
+    internal::v1::StepFrame frame;
     std::shared_ptr<const DeviceRows> rows;  // the frame's activations, when still on the device
-    v1::StepResult result;
+    internal::v1::StepResult result;
   };
 
   void Loop();

@@ -7,7 +7,7 @@
 
 namespace layerpipe {
 
-PeerLinkHop::PeerLinkHop(std::shared_ptr<NextHop> inner, std::shared_ptr<v1::Worker::StubInterface> next_worker,
+PeerLinkHop::PeerLinkHop(std::shared_ptr<NextHop> inner, std::shared_ptr<internal::v1::Worker::StubInterface> next_worker,
                          std::shared_ptr<LayerBackend> backend, PeerLinkHopOptions options)
     : inner_(std::move(inner)), next_worker_(std::move(next_worker)), backend_(backend), options_(std::move(options)) {}
 
@@ -27,7 +27,7 @@ void PeerLinkHop::Retire() {
   if (link_) link_->Abort();
 }
 
-grpc::Status PeerLinkHop::Send(grpc::ClientContext* ctx, const v1::StepFrame& frame) {
+grpc::Status PeerLinkHop::Send(grpc::ClientContext* ctx, const internal::v1::StepFrame& frame) {
   // Frames without device rows (a failed step's empty hand-off, or after a decline) carry what they carry.
   return inner_->Send(ctx, frame);
 }
@@ -41,13 +41,13 @@ grpc::Status PeerLinkHop::Negotiate(grpc::ClientContext* ctx) {
     state_ = State::kDeclined;
     return grpc::Status::OK;
   }
-  v1::PeerLinkRequest request;
+  internal::v1::PeerLinkRequest request;
   request.set_epoch(options_.epoch);
   request.set_from_stage(options_.stage);
   request.set_link_id(*id);
   request.set_host(options_.host);
   request.set_device_uid(backend_->device_uid());
-  v1::PeerLinkReply reply;
+  internal::v1::PeerLinkReply reply;
   // A context serves one call; the frame itself still goes out with `ctx`.
   grpc::ClientContext offer_ctx;
   offer_ctx.set_deadline(ctx->deadline());
@@ -81,7 +81,7 @@ grpc::Status PeerLinkHop::Negotiate(grpc::ClientContext* ctx) {
   return grpc::Status::OK;
 }
 
-grpc::Status PeerLinkHop::SendRows(grpc::ClientContext* ctx, v1::StepFrame& frame,
+grpc::Status PeerLinkHop::SendRows(grpc::ClientContext* ctx, internal::v1::StepFrame& frame,
                                    const std::shared_ptr<const DeviceRows>& rows) {
   State state;
   {
@@ -105,7 +105,7 @@ grpc::Status PeerLinkHop::SendRows(grpc::ClientContext* ctx, v1::StepFrame& fram
     last_sent_step_ = frame.step_id();
   }
   frame.clear_hidden();
-  frame.set_hidden_dtype(v1::HIDDEN_F32);
+  frame.set_hidden_dtype(internal::v1::HIDDEN_F32);
   frame.set_hidden_on_link(true);
   return inner_->Send(ctx, frame);
 }

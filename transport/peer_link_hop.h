@@ -26,11 +26,11 @@ struct PeerLinkHopOptions {
 class PeerLinkHop final : public NextHop {
  public:
   // `backend` runs the sending stage and has device_handoff().
-  PeerLinkHop(std::shared_ptr<NextHop> inner, std::shared_ptr<v1::Worker::StubInterface> next_worker,
+  PeerLinkHop(std::shared_ptr<NextHop> inner, std::shared_ptr<internal::v1::Worker::StubInterface> next_worker,
               std::shared_ptr<LayerBackend> backend, PeerLinkHopOptions options);
 
-  grpc::Status Send(grpc::ClientContext* ctx, const v1::StepFrame& frame) override;
-  grpc::Status SendRows(grpc::ClientContext* ctx, v1::StepFrame& frame,
+  grpc::Status Send(grpc::ClientContext* ctx, const internal::v1::StepFrame& frame) override;
+  grpc::Status SendRows(grpc::ClientContext* ctx, internal::v1::StepFrame& frame,
                         const std::shared_ptr<const DeviceRows>& rows) override;
   bool WantsDeviceRows() const override;
   void Cancel() override { inner_->Cancel(); }
@@ -45,7 +45,7 @@ class PeerLinkHop final : public NextHop {
   grpc::Status Negotiate(grpc::ClientContext* ctx);
 
   std::shared_ptr<NextHop> inner_;
-  std::shared_ptr<v1::Worker::StubInterface> next_worker_;
+  std::shared_ptr<internal::v1::Worker::StubInterface> next_worker_;
   std::shared_ptr<LayerBackend> backend_;
   const PeerLinkHopOptions options_;
   mutable std::mutex mu_;  // state_ (read by WantsDeviceRows from the compute thread)

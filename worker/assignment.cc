@@ -34,11 +34,11 @@ void Assignment::RetireLinks() {
   outbound.join();
 }
 
-WeightSelection SelectionOf(const v1::AssignRequest& r) {
+WeightSelection SelectionOf(const internal::v1::AssignRequest& r) {
   return WeightSelection{r.layer_begin(), r.layer_end(), /*embedding=*/r.first(), /*head=*/r.last()};
 }
 
-bool SameWeights(const v1::AssignRequest& a, const v1::AssignRequest& b) {
+bool SameWeights(const internal::v1::AssignRequest& a, const internal::v1::AssignRequest& b) {
   return a.model_dir() == b.model_dir() && a.layer_begin() == b.layer_begin() && a.layer_end() == b.layer_end() &&
          a.first() == b.first() && a.last() == b.last();
 }
@@ -50,7 +50,7 @@ int64_t WeightBytes(const ModelWeights& w) {
   return bytes;
 }
 
-absl::Status CheckAssign(const v1::AssignRequest& r, const ModelConfig& config) {
+absl::Status CheckAssign(const internal::v1::AssignRequest& r, const ModelConfig& config) {
   const int layers = config.num_layers;
   if (r.layer_begin() < 0 || r.layer_end() > layers || r.layer_begin() >= r.layer_end()) {
     return absl::InvalidArgumentError(absl::StrCat("layer range [", r.layer_begin(), ", ", r.layer_end(),
@@ -79,7 +79,7 @@ absl::Status CheckAssign(const v1::AssignRequest& r, const ModelConfig& config) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<Assignment>> BuildAssignment(const v1::AssignRequest& request, Precision precision,
+absl::StatusOr<std::shared_ptr<Assignment>> BuildAssignment(const internal::v1::AssignRequest& request, Precision precision,
                                                             std::shared_ptr<const ModelWeights> weights,
                                                             const AssignmentContext& ctx) {
   const WorkerOptions& options = *ctx.options;
@@ -113,8 +113,8 @@ absl::StatusOr<std::shared_ptr<Assignment>> BuildAssignment(const v1::AssignRequ
       if (!hop.ok()) return hop.status();
       a->next = std::move(*hop);
     }
-    std::shared_ptr<v1::Worker::StubInterface> next_worker =
-        v1::Worker::NewStub(MakeChannel(request.next_address(), options.channel_credentials));
+    std::shared_ptr<internal::v1::Worker::StubInterface> next_worker =
+        internal::v1::Worker::NewStub(MakeChannel(request.next_address(), options.channel_credentials));
     if (!a->next) a->next = std::make_shared<GrpcNextHop>(next_worker);
     // A GPU stage offers the next one a device link for the activations; the inner hop keeps carrying
     // the frames' metadata.
@@ -123,7 +123,7 @@ absl::StatusOr<std::shared_ptr<Assignment>> BuildAssignment(const v1::AssignRequ
                                               PeerLinkHopOptions{request.epoch(), request.stage(), ctx.host_name});
     }
   }
-  a->sink = v1::StepSink::NewStub(MakeChannel(request.coordinator_address(), options.channel_credentials));
+  a->sink = internal::v1::StepSink::NewStub(MakeChannel(request.coordinator_address(), options.channel_credentials));
   return a;
 }
 

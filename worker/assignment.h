@@ -13,7 +13,7 @@
 #include "engine/cpu/thread_pool.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
-#include "proto/layerpipe.grpc.pb.h"
+#include "proto/internal.grpc.pb.h"
 #include "transport/failed_links.h"
 #include "transport/next_hop.h"
 #include "transport/peer_link_inbox.h"
@@ -24,11 +24,11 @@ namespace layerpipe {
 
 struct Assignment {
   uint64_t epoch = 0;
-  v1::AssignRequest request;  // with model_dir and precision resolved
+  internal::v1::AssignRequest request;  // with model_dir and precision resolved
   std::shared_ptr<const ModelWeights> weights;
   std::unique_ptr<Stage> stage;
   std::shared_ptr<NextHop> next;  // null on the last stage
-  std::shared_ptr<v1::StepSink::StubInterface> sink;
+  std::shared_ptr<internal::v1::StepSink::StubInterface> sink;
   std::unique_ptr<PeerLinkInbox> inbox;  // the device link from the previous stage, once offered
 
   // Aborts both directions' device links: a compute thread waiting for rows from a peer that is gone
@@ -46,16 +46,16 @@ struct AssignmentContext {
 };
 
 // Everything about an AssignRequest that can be refused without reading weights.
-absl::Status CheckAssign(const v1::AssignRequest& request, const ModelConfig& config);
+absl::Status CheckAssign(const internal::v1::AssignRequest& request, const ModelConfig& config);
 
 // The weights an assignment of `request` maps (its layers; the embedding on the first stage, the head
 // on the last), and whether two requests map the same ones (a new epoch keeps them).
-WeightSelection SelectionOf(const v1::AssignRequest& request);
-bool SameWeights(const v1::AssignRequest& a, const v1::AssignRequest& b);
+WeightSelection SelectionOf(const internal::v1::AssignRequest& request);
+bool SameWeights(const internal::v1::AssignRequest& a, const internal::v1::AssignRequest& b);
 int64_t WeightBytes(const ModelWeights& weights);
 
 // Builds the stage, its backend and its links for a checked `request` with its `weights` loaded.
-absl::StatusOr<std::shared_ptr<Assignment>> BuildAssignment(const v1::AssignRequest& request, Precision precision,
+absl::StatusOr<std::shared_ptr<Assignment>> BuildAssignment(const internal::v1::AssignRequest& request, Precision precision,
                                                             std::shared_ptr<const ModelWeights> weights,
                                                             const AssignmentContext& context);
 

@@ -50,9 +50,9 @@ void WorkerService::RunStep(Assignment& a, QueuedStep step) {
   const auto start = std::chrono::steady_clock::now();
   Stage& stage = *a.stage;
   const StageOptions& so = stage.options();
-  const v1::StepFrame& frame = step.frame;
-  v1::StepFrame forward;
-  v1::StepResult result;
+  const internal::v1::StepFrame& frame = step.frame;
+  internal::v1::StepFrame forward;
+  internal::v1::StepResult result;
   std::shared_ptr<const DeviceRows> device_rows;  // the output, when the next hop takes device rows
   absl::Status st = step.refusal;
   const bool refused = !st.ok();
@@ -73,7 +73,7 @@ void WorkerService::RunStep(Assignment& a, QueuedStep step) {
   RecordStep(a, start);
 
   if (!st.ok()) {
-    v1::StepResult failure;
+    internal::v1::StepResult failure;
     failure.set_epoch(frame.epoch());
     failure.set_step_id(frame.step_id());
     failure.set_stage(so.stage);

@@ -11,7 +11,7 @@ absl::Status SliceError(int index, uint64_t seq_id, const absl::Status& st) {
   return absl::Status(st.code(), absl::StrCat("slice ", index, " (sequence ", seq_id, "): ", st.message()));
 }
 
-absl::Status CheckSlice(const v1::StepSlice& s, const StageShape& shape) {
+absl::Status CheckSlice(const internal::v1::StepSlice& s, const StageShape& shape) {
   if (s.ids_size() == 0) return absl::InvalidArgumentError("no token ids");
   if (s.pos0() < 0) return absl::InvalidArgumentError(absl::StrCat("pos0 ", s.pos0(), " is negative"));
   if (s.pos0() > shape.max_positions - s.ids_size()) {
@@ -46,11 +46,11 @@ absl::Status CheckSlice(const v1::StepSlice& s, const StageShape& shape) {
 
 }  // namespace
 
-absl::Status CheckFrameContent(const v1::StepFrame& frame, const StageShape& shape, int64_t* rows) {
+absl::Status CheckFrameContent(const internal::v1::StepFrame& frame, const StageShape& shape, int64_t* rows) {
   int64_t total = 0, logits = 0;
   std::unordered_set<uint64_t> seen;
   for (int i = 0; i < frame.slices_size(); ++i) {
-    const v1::StepSlice& s = frame.slices(i);
+    const internal::v1::StepSlice& s = frame.slices(i);
     if (!seen.insert(s.seq_id()).second) {
       return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id(), " appears in more than one slice"));
     }
@@ -71,17 +71,6 @@ absl::Status CheckFrameContent(const v1::StepFrame& frame, const StageShape& sha
   }
   *rows = total;
   return absl::OkStatus();
-}
-
-SamplingParams ToSamplingParams(const v1::SamplingParams& p) {
-  SamplingParams s;
-  if (p.has_temperature()) s.temperature = p.temperature();
-  if (p.has_top_k()) s.top_k = p.top_k();
-  if (p.has_top_p()) s.top_p = p.top_p();
-  if (p.has_min_p()) s.min_p = p.min_p();
-  if (p.has_repetition_penalty()) s.repetition_penalty = p.repetition_penalty();
-  if (p.has_seed()) s.seed = p.seed();
-  return s;
 }
 
 }  // namespace layerpipe

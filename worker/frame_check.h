@@ -8,7 +8,8 @@
 
 #include "absl/status/status.h"
 #include "engine/sampling/sampler.h"
-#include "proto/layerpipe.pb.h"
+#include "proto/sampling_params.h"
+#include "proto/internal.pb.h"
 
 namespace layerpipe {
 
@@ -30,10 +31,7 @@ inline constexpr int64_t kMaxReturnedLogits = int64_t{64} << 20;
 
 // InvalidArgument (OutOfRange for positions past the model's limit) naming the slice and field.
 // On success *rows is the frame's total token count. The hidden block is checked by DecodeHidden.
-absl::Status CheckFrameContent(const v1::StepFrame& frame, const StageShape& shape, int64_t* rows);
-
-// Proto sampling parameters with unset fields at the engine's defaults.
-SamplingParams ToSamplingParams(const v1::SamplingParams& p);
+absl::Status CheckFrameContent(const internal::v1::StepFrame& frame, const StageShape& shape, int64_t* rows);
 
 }  // namespace layerpipe
 

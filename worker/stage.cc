@@ -22,11 +22,11 @@ StageShape Stage::shape() const {
   return StageShape{c.hidden_size, c.vocab_size, c.max_position_embeddings, options_.first};
 }
 
-v1::HiddenDType Stage::wire_dtype() const {
+internal::v1::HiddenDType Stage::wire_dtype() const {
   // The engine keeps the residual stream in fp32 in both precisions; rounding it at a stage boundary
   // would make a split pipeline differ from one process. A token's hidden row is 15 KB at 12B, small
   // next to the weights a step streams, so exactness wins.
-  return v1::HIDDEN_F32;
+  return internal::v1::HIDDEN_F32;
 }
 
 int64_t Stage::SequenceLength(uint64_t seq_id) const {
@@ -34,9 +34,9 @@ int64_t Stage::SequenceLength(uint64_t seq_id) const {
   return it == sequences_.end() ? -1 : it->second->kv->length();
 }
 
-absl::Status Stage::PrepareSequences(const v1::StepFrame& frame, std::vector<std::unique_ptr<Sequence>>* fresh,
+absl::Status Stage::PrepareSequences(const internal::v1::StepFrame& frame, std::vector<std::unique_ptr<Sequence>>* fresh,
                                      std::vector<Sequence*>* seqs) const {
-  for (const v1::StepSlice& s : frame.slices()) {
+  for (const internal::v1::StepSlice& s : frame.slices()) {
     auto it = sequences_.find(s.seq_id());
     if (it == sequences_.end()) {
       if (s.pos0() != 0) {
@@ -59,11 +59,11 @@ absl::Status Stage::PrepareSequences(const v1::StepFrame& frame, std::vector<std
   return absl::OkStatus();
 }
 
-absl::Status Stage::CheckKvBudget(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs) const {
+absl::Status Stage::CheckKvBudget(const internal::v1::StepFrame& frame, const std::vector<Sequence*>& seqs) const {
   const ModelConfig& c = weights_->config();
   int64_t after = kv_bytes_used_;
   for (int i = 0; i < frame.slices_size(); ++i) {
-    const v1::StepSlice& s = frame.slices(i);
+    const internal::v1::StepSlice& s = frame.slices(i);
     after += KvBytesAtLength(c, executor_->layer_begin(), executor_->layer_end(), options_.precision,
                              s.pos0() + s.ids_size()) -
              seqs[i]->kv_bytes;
@@ -77,8 +77,8 @@ absl::Status Stage::CheckKvBudget(const v1::StepFrame& frame, const std::vector<
   return absl::OkStatus();
 }
 
-absl::Status Stage::Run(const v1::StepFrame& frame, StageInput input, v1::StepFrame* forward,
-                        v1::StepResult* result, std::shared_ptr<const DeviceRows>* device_out) {
+absl::Status Stage::Run(const internal::v1::StepFrame& frame, StageInput input, internal::v1::StepFrame* forward,
+                        internal::v1::StepResult* result, std::shared_ptr<const DeviceRows>* device_out) {
   std::vector<float>& hidden = input.hidden;
   const int64_t H = weights_->config().hidden_size;
   std::vector<std::unique_ptr<Sequence>> fresh;
@@ -89,7 +89,7 @@ absl::Status Stage::Run(const v1::StepFrame& frame, StageInput input, v1::StepFr
   std::vector<SequenceSlice> slices;
   std::vector<int32_t> ids;
   for (int i = 0; i < frame.slices_size(); ++i) {
-    const v1::StepSlice& s = frame.slices(i);
+    const internal::v1::StepSlice& s = frame.slices(i);
     slices.push_back({seqs[i]->kv.get(), s.ids_size()});
     ids.insert(ids.end(), s.ids().begin(), s.ids().end());
   }
@@ -156,8 +156,8 @@ absl::Status Stage::Run(const v1::StepFrame& frame, StageInput input, v1::StepFr
   return absl::OkStatus();
 }
 
-absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs, const float* hidden,
-                    v1::StepResult* result) {
+absl::Status Stage::RunHead(const internal::v1::StepFrame& frame, const std::vector<Sequence*>& seqs, const float* hidden,
+                    internal::v1::StepResult* result) {
   const int64_t H = weights_->config().hidden_size, V = weights_->config().vocab_size;
   result->set_epoch(frame.epoch());
   result->set_step_id(frame.step_id());
@@ -173,10 +173,10 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
   std::vector<RowUse> uses;
   std::vector<SampleRow> to_sample;
   std::vector<int> sampled_slice;
-  std::vector<v1::SliceResult*> out(frame.slices_size(), nullptr);
+  std::vector<internal::v1::SliceResult*> out(frame.slices_size(), nullptr);
   int64_t row0 = 0;
   for (int i = 0; i < frame.slices_size(); ++i) {
-    const v1::StepSlice& s = frame.slices(i);
+    const internal::v1::StepSlice& s = frame.slices(i);
     Sequence* seq = seqs[i];
     seq->history.insert(seq->history.end(), s.ids().begin(), s.ids().end());
     if (!seq->sampler && (s.has_sampling() || s.sample())) {
@@ -211,8 +211,8 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
     if (auto st = executor_->Logits(rows_in.data(), m, logits_.data()); !st.ok()) return st;
     for (int64_t j = 0; j < m; ++j) {
       const RowUse& u = uses[b + j];
-      const v1::StepSlice& s = frame.slices(u.slice);
-      v1::SliceResult* res = out[u.slice];
+      const internal::v1::StepSlice& s = frame.slices(u.slice);
+      internal::v1::SliceResult* res = out[u.slice];
       const absl::Span<const float> row(logits_.data() + j * V, static_cast<size_t>(V));
       const int64_t n = s.ids_size();
       const bool is_last_row = u.r == n - 1;
@@ -232,7 +232,7 @@ absl::Status Stage::RunHead(const v1::StepFrame& frame, const std::vector<Sequen
   return absl::OkStatus();
 }
 
-void Stage::SetSampled(const SampledToken& t, v1::SliceResult* res) {
+void Stage::SetSampled(const SampledToken& t, internal::v1::SliceResult* res) {
   res->set_token(t.token);
   res->set_logprob(t.logprob);
   for (const IdLogprob& top : t.top) {

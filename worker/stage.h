@@ -16,7 +16,7 @@
 #include "engine/model/precision.h"
 #include "engine/sampling/sampler.h"
 #include "engine/model/weights.h"
-#include "proto/layerpipe.pb.h"
+#include "proto/internal.pb.h"
 #include "worker/frame_check.h"
 
 namespace layerpipe {
@@ -48,14 +48,14 @@ class Stage {
   const StageOptions& options() const { return options_; }
   StageShape shape() const;
   // What this stage sends downstream: always fp32 (see stage.cc). Receivers accept bf16 too.
-  v1::HiddenDType wire_dtype() const;
+  internal::v1::HiddenDType wire_dtype() const;
 
   // Runs a frame that passed CheckFrameContent; `input` is its activations (ignored on the first
   // stage). On success fills *forward (not last: the frame for the next stage) or *result (last).
   // With `device_out` (only for a backend with device_handoff()), a stage that is not the last leaves
   // its output rows there instead of in forward->hidden. Refusals made before the layers run (unknown
   // sequence, position mismatch, KV budget) leave every sequence as it was.
-  absl::Status Run(const v1::StepFrame& frame, StageInput input, v1::StepFrame* forward, v1::StepResult* result,
+  absl::Status Run(const internal::v1::StepFrame& frame, StageInput input, internal::v1::StepFrame* forward, internal::v1::StepResult* result,
                    std::shared_ptr<const DeviceRows>* device_out = nullptr);
 
   // Shared with a device-link hop, which may still be sending when the stage is replaced.
@@ -83,14 +83,14 @@ class Stage {
   };
 
   // The per-slice sequence state to run, creating (but not yet keeping) new sequences.
-  absl::Status PrepareSequences(const v1::StepFrame& frame, std::vector<std::unique_ptr<Sequence>>* fresh,
+  absl::Status PrepareSequences(const internal::v1::StepFrame& frame, std::vector<std::unique_ptr<Sequence>>* fresh,
                                 std::vector<Sequence*>* seqs) const;
-  absl::Status CheckKvBudget(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs) const;
+  absl::Status CheckKvBudget(const internal::v1::StepFrame& frame, const std::vector<Sequence*>& seqs) const;
   // Logits, sampling and scores of the last stage.
   // Fills a SliceResult's sampled token, its log-probability and the top log-probabilities.
-  static void SetSampled(const SampledToken& token, v1::SliceResult* res);
-  absl::Status RunHead(const v1::StepFrame& frame, const std::vector<Sequence*>& seqs, const float* hidden,
-               v1::StepResult* result);
+  static void SetSampled(const SampledToken& token, internal::v1::SliceResult* res);
+  absl::Status RunHead(const internal::v1::StepFrame& frame, const std::vector<Sequence*>& seqs, const float* hidden,
+               internal::v1::StepResult* result);
 
   std::shared_ptr<const ModelWeights> weights_;
   StageOptions options_;

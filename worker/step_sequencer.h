@@ -10,13 +10,13 @@
 
 #include "absl/status/status.h"
 #include "engine/backend/device_handoff.h"
-#include "proto/layerpipe.pb.h"
+#include "proto/internal.pb.h"
 
 namespace layerpipe {
 
 // One accepted frame, waiting for its turn.
 struct QueuedStep {
-  v1::StepFrame frame;        // everything but `hidden`
+  internal::v1::StepFrame frame;        // everything but `hidden`
   std::vector<float> hidden;  // decoded activations; empty into the first stage
   std::unique_ptr<DeviceRows> device_hidden;  // instead of `hidden`: received over the peer link
   // Not OK: the frame was refused when it arrived (the sender got this error too). It still takes its

@@ -16,9 +16,9 @@ namespace {
 
 // Rows (tokens) of a frame as sent, whatever its content: a linked frame's rows arrive even when the
 // frame is then refused, and must be taken off the link all the same.
-int64_t SentRows(const v1::StepFrame& frame) {
+int64_t SentRows(const internal::v1::StepFrame& frame) {
   int64_t rows = 0;
-  for (const v1::StepSlice& s : frame.slices()) rows += s.ids_size();
+  for (const internal::v1::StepSlice& s : frame.slices()) rows += s.ids_size();
   return rows;
 }
 
@@ -50,7 +50,7 @@ void WorkerService::Stop() {
 
 // ------------------------------------------------------------------------------------------ control
 
-absl::StatusOr<std::shared_ptr<const ModelWeights>> WorkerService::WeightsFor(const v1::AssignRequest& request,
+absl::StatusOr<std::shared_ptr<const ModelWeights>> WorkerService::WeightsFor(const internal::v1::AssignRequest& request,
                                                                               const ModelConfig& config) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -61,8 +61,8 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> WorkerService::WeightsFor(co
   return std::shared_ptr<const ModelWeights>(std::move(*loaded));
 }
 
-absl::Status WorkerService::DoAssign(const v1::AssignRequest& in, v1::AssignResponse* response) {
-  v1::AssignRequest request = in;
+absl::Status WorkerService::DoAssign(const internal::v1::AssignRequest& in, internal::v1::AssignResponse* response) {
+  internal::v1::AssignRequest request = in;
   if (request.model_dir().empty()) request.set_model_dir(options_.default_model_dir);
   if (request.model_dir().empty()) {
     return absl::InvalidArgumentError("model_dir is empty and the worker was started without --model");
@@ -110,13 +110,13 @@ absl::Status WorkerService::DoAssign(const v1::AssignRequest& in, v1::AssignResp
   return absl::OkStatus();
 }
 
-grpc::Status WorkerService::Assign(grpc::ServerContext*, const v1::AssignRequest* request,
-                                   v1::AssignResponse* response) {
+grpc::Status WorkerService::Assign(grpc::ServerContext*, const internal::v1::AssignRequest* request,
+                                   internal::v1::AssignResponse* response) {
   std::lock_guard<std::mutex> lock(assign_mu_);
   return ToGrpc(DoAssign(*request, response));
 }
 
-grpc::Status WorkerService::Status(grpc::ServerContext*, const v1::WorkerStatusRequest*, v1::WorkerStatus* response) {
+grpc::Status WorkerService::Status(grpc::ServerContext*, const internal::v1::WorkerStatusRequest*, internal::v1::WorkerStatus* response) {
   std::lock_guard<std::mutex> lock(mu_);
   response->set_assigned(assignment_ != nullptr);
   if (assignment_) {
@@ -139,19 +139,19 @@ grpc::Status WorkerService::Status(grpc::ServerContext*, const v1::WorkerStatusR
 
 // --------------------------------------------------------------------------------------------- data
 
-grpc::Status WorkerService::Step(grpc::ServerContext*, const v1::StepFrame* request, v1::StepAck*) {
+grpc::Status WorkerService::Step(grpc::ServerContext*, const internal::v1::StepFrame* request, internal::v1::StepAck*) {
   return ToGrpc(TakeFrame(*request));
 }
 
-grpc::Status WorkerService::OpenPeerLink(grpc::ServerContext*, const v1::PeerLinkRequest* request,
-                                         v1::PeerLinkReply* response) {
+grpc::Status WorkerService::OpenPeerLink(grpc::ServerContext*, const internal::v1::PeerLinkRequest* request,
+                                         internal::v1::PeerLinkReply* response) {
   auto reply = DoOpenPeerLink(*request);
   if (!reply.ok()) return ToGrpc(reply.status());
   *response = std::move(*reply);
   return grpc::Status::OK;
 }
 
-absl::StatusOr<v1::PeerLinkReply> WorkerService::DoOpenPeerLink(const v1::PeerLinkRequest& request) {
+absl::StatusOr<internal::v1::PeerLinkReply> WorkerService::DoOpenPeerLink(const internal::v1::PeerLinkRequest& request) {
   std::shared_ptr<Assignment> a;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -168,7 +168,7 @@ absl::StatusOr<v1::PeerLinkReply> WorkerService::DoOpenPeerLink(const v1::PeerLi
     return absl::InvalidArgumentError(absl::StrCat("stage ", request.from_stage(), " offered a link to stage ",
                                                    stage, ", which only takes one from stage ", stage - 1));
   }
-  v1::PeerLinkReply reply;
+  internal::v1::PeerLinkReply reply;
   const std::shared_ptr<LayerBackend>& backend = a->stage->backend();
   if (!backend->device_handoff()) {
     reply.set_reason(absl::StrCat("stage ", stage, " runs on ", backend->device(), ", not a GPU"));
@@ -195,13 +195,13 @@ absl::StatusOr<v1::PeerLinkReply> WorkerService::DoOpenPeerLink(const v1::PeerLi
   return reply;
 }
 
-absl::Status WorkerService::TakeFrame(const v1::StepFrame& frame) {
+absl::Status WorkerService::TakeFrame(const internal::v1::StepFrame& frame) {
   const absl::Status st = AcceptStep(frame);
   if (!st.ok()) metrics_.OnRejected(st.code());
   return st;
 }
 
-absl::Status WorkerService::AcceptStep(const v1::StepFrame& frame) {
+absl::Status WorkerService::AcceptStep(const internal::v1::StepFrame& frame) {
   const uint64_t id = frame.step_id();
   auto stale = [&](uint64_t serving) {
     return absl::FailedPreconditionError(absl::StrCat("step ", id, " belongs to epoch ", frame.epoch(),

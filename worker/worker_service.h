@@ -36,7 +36,7 @@
 #include "engine/cpu/thread_pool.h"
 #include "engine/backend/layer_backend.h"
 #include "engine/model/weights.h"
-#include "proto/layerpipe.grpc.pb.h"
+#include "proto/internal.grpc.pb.h"
 #include "transport/failed_links.h"
 #include "transport/next_hop.h"
 #include "transport/outbox.h"
@@ -48,22 +48,22 @@
 
 namespace layerpipe {
 
-class WorkerService final : public v1::Worker::Service {
+class WorkerService final : public internal::v1::Worker::Service {
  public:
   explicit WorkerService(const WorkerOptions& options);
   ~WorkerService() override;
 
-  grpc::Status Assign(grpc::ServerContext* ctx, const v1::AssignRequest* request,
-                      v1::AssignResponse* response) override;
-  grpc::Status Status(grpc::ServerContext* ctx, const v1::WorkerStatusRequest* request,
-                      v1::WorkerStatus* response) override;
-  grpc::Status Step(grpc::ServerContext* ctx, const v1::StepFrame* request, v1::StepAck* response) override;
-  grpc::Status OpenPeerLink(grpc::ServerContext* ctx, const v1::PeerLinkRequest* request,
-                            v1::PeerLinkReply* response) override;
+  grpc::Status Assign(grpc::ServerContext* ctx, const internal::v1::AssignRequest* request,
+                      internal::v1::AssignResponse* response) override;
+  grpc::Status Status(grpc::ServerContext* ctx, const internal::v1::WorkerStatusRequest* request,
+                      internal::v1::WorkerStatus* response) override;
+  grpc::Status Step(grpc::ServerContext* ctx, const internal::v1::StepFrame* request, internal::v1::StepAck* response) override;
+  grpc::Status OpenPeerLink(grpc::ServerContext* ctx, const internal::v1::PeerLinkRequest* request,
+                            internal::v1::PeerLinkReply* response) override;
 
   // What Step does, for frames that arrive over another transport than gRPC: checks and queues
   // `frame` and returns the verdict the sender's outbox acts on.
-  absl::Status TakeFrame(const v1::StepFrame& frame);
+  absl::Status TakeFrame(const internal::v1::StepFrame& frame);
 
   // Ends the compute and send threads; later RPCs are refused. Idempotent.
   void Stop();
@@ -77,11 +77,11 @@ class WorkerService final : public v1::Worker::Service {
   MetricsRegistry& metrics() { return metrics_.registry(); }
 
  private:
-  absl::StatusOr<std::shared_ptr<const ModelWeights>> WeightsFor(const v1::AssignRequest& request,
+  absl::StatusOr<std::shared_ptr<const ModelWeights>> WeightsFor(const internal::v1::AssignRequest& request,
                                                                  const ModelConfig& config);
-  absl::Status DoAssign(const v1::AssignRequest& request, v1::AssignResponse* response);
-  absl::Status AcceptStep(const v1::StepFrame& frame);
-  absl::StatusOr<v1::PeerLinkReply> DoOpenPeerLink(const v1::PeerLinkRequest& request);
+  absl::Status DoAssign(const internal::v1::AssignRequest& request, internal::v1::AssignResponse* response);
+  absl::Status AcceptStep(const internal::v1::StepFrame& frame);
+  absl::StatusOr<internal::v1::PeerLinkReply> DoOpenPeerLink(const internal::v1::PeerLinkRequest& request);
   // compute_loop.cc: the one compute thread, running the queued steps in order.
   void ComputeLoop();
   void RecordStep(const Assignment& a, std::chrono::steady_clock::time_point start);

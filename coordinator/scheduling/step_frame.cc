@@ -2,15 +2,15 @@
 
 namespace layerpipe {
 
-v1::StepFrame BuildStepFrame(const StepPlan& plan, uint64_t epoch, uint64_t step_id,
+internal::v1::StepFrame BuildStepFrame(const StepPlan& plan, uint64_t epoch, uint64_t step_id,
                              const std::vector<uint64_t>& releases) {
-  v1::StepFrame frame;
+  internal::v1::StepFrame frame;
   frame.set_epoch(epoch);
   frame.set_step_id(step_id);
   for (uint64_t id : releases) frame.add_release(id);
   for (const PlannedSlice& p : plan.slices) {
     const Request& r = *p.request;
-    v1::StepSlice* s = frame.add_slices();
+    internal::v1::StepSlice* s = frame.add_slices();
     s->set_seq_id(r.id);
     s->set_pos0(p.pos0);
     for (int64_t pos = p.pos0; pos < p.pos0 + p.count; ++pos) s->add_ids(r.token_at(pos));

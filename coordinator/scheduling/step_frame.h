@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "coordinator/scheduling/scheduler.h"
-#include "proto/layerpipe.pb.h"
+#include "proto/internal.pb.h"
 
 namespace layerpipe {
 
-v1::StepFrame BuildStepFrame(const StepPlan& plan, uint64_t epoch, uint64_t step_id,
+internal::v1::StepFrame BuildStepFrame(const StepPlan& plan, uint64_t epoch, uint64_t step_id,
                              const std::vector<uint64_t>& releases);
 
 }  // namespace layerpipe

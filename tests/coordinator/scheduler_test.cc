@@ -137,12 +137,12 @@ TEST(StepFrameTest, CarriesIdsSamplingOnTheFirstSliceAndReleases) {
   r->sampling_proto.set_temperature(0.7f);
   r->top_logprobs = 3;
   StepPlan plan{{{r, 0, 4}}};
-  v1::StepFrame f = BuildStepFrame(plan, /*epoch=*/5, /*step_id=*/12, {3, 4});
+  internal::v1::StepFrame f = BuildStepFrame(plan, /*epoch=*/5, /*step_id=*/12, {3, 4});
   EXPECT_EQ(f.epoch(), 5u);
   EXPECT_EQ(f.step_id(), 12u);
   EXPECT_EQ(f.release_size(), 2);
   ASSERT_EQ(f.slices_size(), 1);
-  const v1::StepSlice& s = f.slices(0);
+  const internal::v1::StepSlice& s = f.slices(0);
   EXPECT_EQ(s.seq_id(), 9u);
   EXPECT_EQ(s.pos0(), 0);
   EXPECT_EQ(s.ids_size(), 4);
@@ -153,7 +153,7 @@ TEST(StepFrameTest, CarriesIdsSamplingOnTheFirstSliceAndReleases) {
   EXPECT_EQ(s.top_logprobs(), 3);
   // The second chunk reaches the end: it samples, and carries no sampling parameters again.
   StepPlan rest{{{r, 4, 2}}};
-  v1::StepFrame g = BuildStepFrame(rest, 5, 13, {});
+  internal::v1::StepFrame g = BuildStepFrame(rest, 5, 13, {});
   EXPECT_TRUE(g.slices(0).sample());
   EXPECT_FALSE(g.slices(0).has_sampling());
 }
@@ -161,11 +161,11 @@ TEST(StepFrameTest, CarriesIdsSamplingOnTheFirstSliceAndReleases) {
 TEST(StepFrameTest, AScoreSliceNamesTheNextId) {
   auto r = MakeRequest(2, 5, 0, RequestKind::kScore);
   r->return_logits = true;
-  v1::StepFrame f = BuildStepFrame(StepPlan{{{r, 0, 3}}}, 1, 1, {});
+  internal::v1::StepFrame f = BuildStepFrame(StepPlan{{{r, 0, 3}}}, 1, 1, {});
   EXPECT_TRUE(f.slices(0).score());
   EXPECT_TRUE(f.slices(0).return_logits());
   EXPECT_EQ(f.slices(0).next_id(), r->prompt[3]);
-  v1::StepFrame g = BuildStepFrame(StepPlan{{{r, 3, 2}}}, 1, 2, {});
+  internal::v1::StepFrame g = BuildStepFrame(StepPlan{{{r, 3, 2}}}, 1, 2, {});
   EXPECT_EQ(g.slices(0).next_id(), -1);
 }
 
@@ -181,8 +181,8 @@ TEST(SchedulerTest, ReplayAfterANewEpochFeedsPromptAndGeneratedTokensFromZero) {
   auto plan = sched.Plan({r}, 0, false);
   ASSERT_TRUE(plan.has_value());
   ASSERT_EQ(plan->slices.size(), 1u);
-  v1::StepFrame f = BuildStepFrame(*plan, 2, 1, {});
-  const v1::StepSlice& s = f.slices(0);
+  internal::v1::StepFrame f = BuildStepFrame(*plan, 2, 1, {});
+  const internal::v1::StepSlice& s = f.slices(0);
   EXPECT_EQ(s.pos0(), 0);
   ASSERT_EQ(s.ids_size(), 13);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(s.ids(i), r->prompt[i]);

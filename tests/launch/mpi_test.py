@@ -91,10 +91,10 @@ def frames_over_mpi(stderr, rank):
 
 def worker_status(src, address):
     import grpc
-    from pb_loader import load_layerpipe_pb2
-    pb = load_layerpipe_pb2(src)
+    from pb_loader import load_internal_pb2
+    pb = load_internal_pb2(src)
     with grpc.insecure_channel(address) as channel:
-        call = channel.unary_unary("/layerpipe.v1.Worker/Status",
+        call = channel.unary_unary("/layerpipe.internal.v1.Worker/Status",
                                    request_serializer=pb.WorkerStatusRequest.SerializeToString,
                                    response_deserializer=pb.WorkerStatus.FromString)
         return call(pb.WorkerStatusRequest(), timeout=10)

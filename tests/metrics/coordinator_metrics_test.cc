@@ -81,7 +81,7 @@ TEST(CoordinatorMetrics, LevelsAndStagesFromTheirSources) {
   CoordinatorMetrics m = TwoStages();
   CoordinatorMetrics::Levels levels{3, 2, 1, true};
   m.ReadLevelsWith([&] { return levels; });
-  v1::WorkerStatus status;
+  internal::v1::WorkerStatus status;
   status.set_kv_capacity_bytes(1000);
   status.set_kv_bytes_used(300);
   status.set_sequences(2);

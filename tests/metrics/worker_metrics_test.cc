@@ -17,11 +17,11 @@
 namespace layerpipe {
 namespace {
 
-v1::StepFrame Frame(uint64_t step, uint64_t seq, int64_t pos0, int n) {
-  v1::StepFrame f;
+internal::v1::StepFrame Frame(uint64_t step, uint64_t seq, int64_t pos0, int n) {
+  internal::v1::StepFrame f;
   f.set_epoch(1);
   f.set_step_id(step);
-  v1::StepSlice* s = f.add_slices();
+  internal::v1::StepSlice* s = f.add_slices();
   s->set_seq_id(seq);
   s->set_pos0(pos0);
   for (int i = 0; i < n; ++i) s->add_ids(3 + i % 50);
@@ -47,8 +47,8 @@ TEST(StageKvSplit, SlidingRingsAndFullPagesAddUpAndAreReleased) {
   const int64_t ring1 = KvBytesAtLength(*config, 1, 2, Precision::kBf16, 1);
   auto full = [&](int64_t length) { return KvBytesAtLength(*config, 2, 3, Precision::kBf16, length); };
 
-  v1::StepFrame forward;
-  v1::StepResult result;
+  internal::v1::StepFrame forward;
+  internal::v1::StepResult result;
   ASSERT_TRUE(stage.Run(Frame(1, 7, 0, 10), {}, &forward, &result).ok());
   EXPECT_EQ(stage.kv_sliding_bytes_used(), ring0 + ring1);
   EXPECT_EQ(stage.kv_bytes_used() - stage.kv_sliding_bytes_used(), full(10));

@@ -38,7 +38,7 @@ HANDSHAKE_REFUSED = grpc.StatusCode.UNAVAILABLE
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from pb_loader import load_layerpipe_pb2  # noqa: E402
+from pb_loader import load_internal_pb2, load_layerpipe_pb2  # noqa: E402
 from proc_harness import Process, small_checkpoint_argv  # noqa: E402
 
 STARTUP_TIMEOUT = 120  # seconds for a server to print what it announces
@@ -46,6 +46,11 @@ STARTUP_TIMEOUT = 120  # seconds for a server to print what it announces
 
 def load_pb():
     return load_layerpipe_pb2(ARGS.src)
+
+
+def load_wire():
+    """The worker and step planes' messages."""
+    return load_internal_pb2(ARGS.src)
 
 
 def pki(name):
@@ -157,7 +162,7 @@ class SecurityTest(unittest.TestCase):
 
     def worker_status(self, address, cert="worker"):
         with grpc.secure_channel(address, peer_credentials(cert)) as ch:
-            return self.rpc(ch, "/layerpipe.v1.Worker/Status", pb.WorkerStatusRequest(), pb.WorkerStatus)
+            return self.rpc(ch, "/layerpipe.internal.v1.Worker/Status", load_wire().WorkerStatusRequest(), load_wire().WorkerStatus)
 
     # ---------------------------------------------------------------------------------------------- tests
 
@@ -209,9 +214,9 @@ class SecurityTest(unittest.TestCase):
     def test_workers_refuse_peers_without_a_cluster_certificate(self):
         before = [self.worker_status(w).epoch for w in self.workers]
         log_start = self.procs[0].stderr_size()
-        assign = pb.AssignRequest(model_dir=self.model, layer_begin=0, layer_end=LAYERS, first=True, last=True,
+        assign = load_wire().AssignRequest(model_dir=self.model, layer_begin=0, layer_end=LAYERS, first=True, last=True,
                                   coordinator_address=self.peer_address, epoch=999, stage=0)
-        step = pb.StepFrame(epoch=before[0], step_id=1 << 40, slices=[pb.StepSlice(seq_id=1 << 50, ids=[2])])
+        step = load_wire().StepFrame(epoch=before[0], step_id=1 << 40, slices=[load_wire().StepSlice(seq_id=1 << 50, ids=[2])])
         attempts = {
             "rogue certificate": lambda: grpc.secure_channel(self.workers[0], peer_credentials("rogue")),
             "no certificate": lambda: grpc.secure_channel(self.workers[0], peer_credentials(None)),
@@ -220,8 +225,8 @@ class SecurityTest(unittest.TestCase):
         for what, channel in attempts.items():
             with self.subTest(what), channel() as ch:
                 self.refused(HANDSHAKE_REFUSED,
-                             lambda: self.rpc(ch, "/layerpipe.v1.Worker/Assign", assign, pb.AssignResponse))
-                self.refused(HANDSHAKE_REFUSED, lambda: self.rpc(ch, "/layerpipe.v1.Worker/Step", step, pb.StepAck))
+                             lambda: self.rpc(ch, "/layerpipe.internal.v1.Worker/Assign", assign, load_wire().AssignResponse))
+                self.refused(HANDSHAKE_REFUSED, lambda: self.rpc(ch, "/layerpipe.internal.v1.Worker/Step", step, load_wire().StepAck))
         # The worker refused them (not the client giving up), and nothing got through: same epochs, and the
         # cluster still serves.
         log = self.procs[0].stderr_text(log_start)
@@ -231,19 +236,19 @@ class SecurityTest(unittest.TestCase):
         self.assertEqual(len(self.generate_ids(bearer("alice"))), NEW_TOKENS)
 
     def test_step_sink_takes_results_only_from_cluster_peers(self):
-        stale = pb.StepResult(epoch=0, step_id=1)  # from no epoch: ignored when it does arrive
-        sink = "/layerpipe.v1.StepSink/StepDone"
+        stale = load_wire().StepResult(epoch=0, step_id=1)  # from no epoch: ignored when it does arrive
+        sink = "/layerpipe.internal.v1.StepSink/StepDone"
         attempts = {"rogue certificate": peer_credentials("rogue"), "no certificate": peer_credentials()}
         for what, creds in attempts.items():
             with self.subTest(what), grpc.secure_channel(self.peer_address, creds) as ch:
-                self.refused(HANDSHAKE_REFUSED, lambda: self.rpc(ch, sink, stale, pb.StepAck))
+                self.refused(HANDSHAKE_REFUSED, lambda: self.rpc(ch, sink, stale, load_wire().StepAck))
         with grpc.insecure_channel(self.peer_address) as ch:
-            self.refused(HANDSHAKE_REFUSED, lambda: self.rpc(ch, sink, stale, pb.StepAck))
+            self.refused(HANDSHAKE_REFUSED, lambda: self.rpc(ch, sink, stale, load_wire().StepAck))
         with grpc.secure_channel(self.peer_address, peer_credentials("worker")) as ch:
-            self.rpc(ch, sink, stale, pb.StepAck)  # a cluster certificate gets through
+            self.rpc(ch, sink, stale, load_wire().StepAck)  # a cluster certificate gets through
         # Not on the client port, even with a valid token.
         self.refused(grpc.StatusCode.UNIMPLEMENTED,
-                     lambda: self.rpc(self.api, sink, stale, pb.StepAck, bearer("alice")))
+                     lambda: self.rpc(self.api, sink, stale, load_wire().StepAck, bearer("alice")))
 
     def test_rogue_coordinator_cannot_take_the_workers_over(self):
         before = [self.worker_status(w).epoch for w in self.workers]

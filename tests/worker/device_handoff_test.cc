@@ -296,9 +296,9 @@ TEST_F(DeviceHandoffTest, ALinkThatFailsBeforeItsFirstStepIsNotOfferedAgainAndTh
   // declines stage 0's offer and the activations travel in the frame.
   Pipeline pipe(2, absl::Seconds(2), Devices({"gpu0", "unmappable-gpu1"}));
   pipe.Assign(dir(), {{0, 3}, {3, 5}}, "fp32");
-  v1::StepFrame f;
+  internal::v1::StepFrame f;
   AddSlice(&f, 1, 0, kPromptA, true);
-  const v1::StepResult failed = pipe.Run(f);
+  const internal::v1::StepResult failed = pipe.Run(f);
   EXPECT_NE(failed.error().find("cannot map the sender's slot"), std::string::npos) << failed.error();
 
   pipe.Assign(dir(), {{0, 3}, {3, 5}}, "fp32");
@@ -318,7 +318,7 @@ struct TestStageZero {
         config(*LoadModelConfig(dir)),
         weights(*ModelWeights::Load(dir, config, WeightSelection{0, 2, true, false})),
         backend(*weights, precision, pool, "gpu0"),
-        stub(v1::Worker::NewStub(grpc::CreateChannel(pipe.worker(0).address(), grpc::InsecureChannelCredentials()))) {
+        stub(internal::v1::Worker::NewStub(grpc::CreateChannel(pipe.worker(0).address(), grpc::InsecureChannelCredentials()))) {
     request.set_model_dir(dir);
     request.set_layer_begin(2);
     request.set_layer_end(5);
@@ -335,9 +335,9 @@ struct TestStageZero {
   }
 
   // Offers the worker a fresh link (id, in `link_id`) from another host's or GPU's stage 0.
-  grpc::Status Offer(v1::PeerLinkReply* reply) {
+  grpc::Status Offer(internal::v1::PeerLinkReply* reply) {
     if (link_id.empty()) link_id = *backend.NewPeerLinkId();
-    v1::PeerLinkRequest offer;
+    internal::v1::PeerLinkRequest offer;
     offer.set_epoch(pipe.epoch);
     offer.set_from_stage(0);
     offer.set_link_id(link_id);
@@ -353,8 +353,8 @@ struct TestStageZero {
   ThreadPool pool{1};
   std::unique_ptr<ModelWeights> weights;
   FakeGpuBackend backend;
-  std::unique_ptr<v1::Worker::Stub> stub;
-  v1::AssignRequest request;
+  std::unique_ptr<internal::v1::Worker::Stub> stub;
+  internal::v1::AssignRequest request;
   std::string link_id;
 };
 
@@ -365,7 +365,7 @@ TEST_F(DeviceHandoffTest, AReceiverTakesRowsOncePerStepEvenForRefusedAndResentFr
   ASSERT_TRUE(zero.Assign(1).ok());
   auto& config = zero.config;
   auto& stage0 = zero.backend;
-  v1::PeerLinkReply reply;
+  internal::v1::PeerLinkReply reply;
   ASSERT_TRUE(zero.Offer(&reply).ok());
   EXPECT_TRUE(reply.accepted()) << reply.reason();
   EXPECT_EQ(zero.Offer(&reply).error_code(), grpc::StatusCode::ALREADY_EXISTS);
@@ -383,10 +383,10 @@ TEST_F(DeviceHandoffTest, AReceiverTakesRowsOncePerStepEvenForRefusedAndResentFr
     auto rows = stage0.ForwardToDevice({&s, 1}, h.data(), nullptr);
     EXPECT_TRUE(rows.ok());
     EXPECT_TRUE((*link)->Send(std::shared_ptr<const DeviceRows>(std::move(*rows))).ok());
-    v1::StepFrame f;
+    internal::v1::StepFrame f;
     f.set_epoch(1);
     f.set_step_id(step);
-    f.set_hidden_dtype(v1::HIDDEN_F32);
+    f.set_hidden_dtype(internal::v1::HIDDEN_F32);
     f.set_hidden_on_link(true);
     AddSlice(&f, 1, pos0, ids, true);
     return f;
@@ -395,7 +395,7 @@ TEST_F(DeviceHandoffTest, AReceiverTakesRowsOncePerStepEvenForRefusedAndResentFr
   const Generation want = EngineGenerate(*engine, kPromptA, 2, SamplingParams());
 
   // Step 1: the prompt. Resent (as after a lost ack): ALREADY_EXISTS, and nothing more is taken off the link.
-  v1::StepFrame f1 = linked_frame(1, 0, kPromptA);
+  internal::v1::StepFrame f1 = linked_frame(1, 0, kPromptA);
   ASSERT_TRUE(pipe.Send(0, f1).ok());
   EXPECT_EQ(pipe.Send(0, f1).error_code(), grpc::StatusCode::ALREADY_EXISTS);
   auto got = pipe.sink.Wait(1, 1);
@@ -413,7 +413,7 @@ TEST_F(DeviceHandoffTest, AReceiverTakesRowsOncePerStepEvenForRefusedAndResentFr
     auto rows = stage0.ForwardToDevice({&s, 1}, h.data(), nullptr);
     ASSERT_TRUE(rows.ok());
     ASSERT_TRUE((*link)->Send(std::shared_ptr<const DeviceRows>(std::move(*rows))).ok());
-    v1::StepFrame f2;
+    internal::v1::StepFrame f2;
     f2.set_epoch(1);
     f2.set_step_id(2);
     f2.set_hidden_on_link(true);
@@ -437,12 +437,12 @@ TEST_F(DeviceHandoffTest, ANewAssignmentAbortsALinkWaitingForRowsThatNeverCome) 
   TestStageZero zero(pipe, dir(), Precision::kBf16);
   ASSERT_TRUE(zero.Assign(1).ok());
   // Stage 0 links, announces a step over the link, and dies before sending its rows.
-  v1::PeerLinkReply reply;
+  internal::v1::PeerLinkReply reply;
   ASSERT_TRUE(zero.Offer(&reply).ok());
   ASSERT_TRUE(reply.accepted()) << reply.reason();
   auto link = zero.backend.JoinPeerLink(zero.link_id, 0, PeerLinkKind::kAcrossDevices, nullptr);
   ASSERT_TRUE(link.ok());
-  v1::StepFrame f;
+  internal::v1::StepFrame f;
   f.set_epoch(1);
   f.set_step_id(1);
   f.set_hidden_on_link(true);
@@ -472,7 +472,7 @@ TEST_F(DeviceHandoffTest, ANewAssignmentEndsAJoinWhoseSenderNeverCame) {
   Pipeline pipe(1, absl::Seconds(2), Devices({"gpu1"}));
   TestStageZero zero(pipe, dir(), Precision::kBf16);
   ASSERT_TRUE(zero.Assign(1).ok());
-  v1::PeerLinkReply reply;
+  internal::v1::PeerLinkReply reply;
   ASSERT_TRUE(zero.Offer(&reply).ok());  // and stage 0 never joins
   ASSERT_TRUE(reply.accepted()) << reply.reason();
   const int64_t gave_up = FakeGpuBackend::gave_up_;
@@ -486,9 +486,9 @@ TEST_F(DeviceHandoffTest, ANewAssignmentEndsAJoinWhoseSenderNeverCame) {
 TEST_F(DeviceHandoffTest, OffersForAnotherEpochOrStageAreRefusedAndTheSameGpuIsASameDeviceLink) {
   Pipeline pipe(2, absl::Seconds(2), Devices({"gpu0", "gpu1"}));
   pipe.Assign(dir(), {{0, 4}, {4, 5}}, "fp32");
-  auto stub = v1::Worker::NewStub(grpc::CreateChannel(pipe.worker(1).address(), grpc::InsecureChannelCredentials()));
-  auto offer = [&](uint64_t epoch, int from, const std::string& host, const std::string& uid, v1::PeerLinkReply* reply) {
-    v1::PeerLinkRequest r;
+  auto stub = internal::v1::Worker::NewStub(grpc::CreateChannel(pipe.worker(1).address(), grpc::InsecureChannelCredentials()));
+  auto offer = [&](uint64_t epoch, int from, const std::string& host, const std::string& uid, internal::v1::PeerLinkReply* reply) {
+    internal::v1::PeerLinkRequest r;
     r.set_epoch(epoch);
     r.set_from_stage(from);
     r.set_link_id("unused");
@@ -497,7 +497,7 @@ TEST_F(DeviceHandoffTest, OffersForAnotherEpochOrStageAreRefusedAndTheSameGpuIsA
     grpc::ClientContext ctx;
     return stub->OpenPeerLink(&ctx, r, reply);
   };
-  v1::PeerLinkReply reply;
+  internal::v1::PeerLinkReply reply;
   EXPECT_EQ(offer(pipe.epoch + 1, 0, "elsewhere", "gpu9", &reply).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(offer(pipe.epoch, 1, "elsewhere", "gpu9", &reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   ASSERT_TRUE(offer(pipe.epoch, 0, "test-host", "gpu1", &reply).ok());

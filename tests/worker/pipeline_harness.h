@@ -19,7 +19,7 @@
 #include "engine/engine.h"
 #include "engine/sampling/sampler.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/layerpipe.grpc.pb.h"
+#include "proto/internal.grpc.pb.h"
 #include "worker/worker_server.h"
 
 namespace layerpipe {
@@ -29,20 +29,20 @@ using Ranges = std::vector<std::pair<int, int>>;
 const Ranges kThreeStages = {{0, 2}, {2, 3}, {3, 5}};
 
 // The coordinator's StepSink: keeps every StepResult in arrival order.
-class FakeSink final : public v1::StepSink::Service {
+class FakeSink final : public internal::v1::StepSink::Service {
  public:
-  grpc::Status StepDone(grpc::ServerContext*, const v1::StepResult* r, v1::StepAck*) override {
+  grpc::Status StepDone(grpc::ServerContext*, const internal::v1::StepResult* r, internal::v1::StepAck*) override {
     std::lock_guard<std::mutex> lock(mu_);
     results_.push_back(*r);
     cv_.notify_all();
     return grpc::Status::OK;
   }
 
-  std::optional<v1::StepResult> Wait(uint64_t epoch, uint64_t step, absl::Duration timeout = absl::Seconds(10)) {
+  std::optional<internal::v1::StepResult> Wait(uint64_t epoch, uint64_t step, absl::Duration timeout = absl::Seconds(10)) {
     std::unique_lock<std::mutex> lock(mu_);
-    std::optional<v1::StepResult> found;
+    std::optional<internal::v1::StepResult> found;
     cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] {
-      for (const v1::StepResult& r : results_) {
+      for (const internal::v1::StepResult& r : results_) {
         if (r.epoch() == epoch && r.step_id() == step) {
           found = r;
           return true;
@@ -54,13 +54,13 @@ class FakeSink final : public v1::StepSink::Service {
   }
 
   // Once at least n have come: every result for (epoch, step), in arrival order.
-  std::vector<v1::StepResult> WaitAll(uint64_t epoch, uint64_t step, size_t n,
+  std::vector<internal::v1::StepResult> WaitAll(uint64_t epoch, uint64_t step, size_t n,
                                       absl::Duration timeout = absl::Seconds(10)) {
     std::unique_lock<std::mutex> lock(mu_);
-    std::vector<v1::StepResult> found;
+    std::vector<internal::v1::StepResult> found;
     cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] {
       found.clear();
-      for (const v1::StepResult& r : results_) {
+      for (const internal::v1::StepResult& r : results_) {
         if (r.epoch() == epoch && r.step_id() == step) found.push_back(r);
       }
       return found.size() >= n;
@@ -81,7 +81,7 @@ class FakeSink final : public v1::StepSink::Service {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<v1::StepResult> results_;
+  std::vector<internal::v1::StepResult> results_;
 };
 
 class Pipeline {
@@ -103,7 +103,7 @@ class Pipeline {
       if (customize) customize(i, o);
       auto w = WorkerServer::Start(o);
       EXPECT_TRUE(w.ok()) << w.status();
-      stubs_.push_back(v1::Worker::NewStub(grpc::CreateChannel((*w)->address(), grpc::InsecureChannelCredentials())));
+      stubs_.push_back(internal::v1::Worker::NewStub(grpc::CreateChannel((*w)->address(), grpc::InsecureChannelCredentials())));
       workers_.push_back(std::move(*w));
     }
   }
@@ -112,9 +112,9 @@ class Pipeline {
     sink_server_->Shutdown();
   }
 
-  grpc::Status AssignStage(int i, v1::AssignRequest r, v1::AssignResponse* response = nullptr) {
+  grpc::Status AssignStage(int i, internal::v1::AssignRequest r, internal::v1::AssignResponse* response = nullptr) {
     grpc::ClientContext ctx;
-    v1::AssignResponse ignored;
+    internal::v1::AssignResponse ignored;
     return stubs_[i]->Assign(&ctx, r, response ? response : &ignored);
   }
 
@@ -124,7 +124,7 @@ class Pipeline {
     next_step = 1;
     const int layers = ranges.back().second;
     for (size_t i = 0; i < ranges.size(); ++i) {
-      v1::AssignRequest r;
+      internal::v1::AssignRequest r;
       r.set_model_dir(dir);
       r.set_layer_begin(ranges[i].first);
       r.set_layer_end(ranges[i].second);
@@ -136,21 +136,21 @@ class Pipeline {
       r.set_precision(precision);
       r.set_stage(static_cast<int>(i));
       r.set_kv_budget_bytes(kv_budget);
-      v1::AssignResponse response;
+      internal::v1::AssignResponse response;
       const grpc::Status st = AssignStage(static_cast<int>(i), r, &response);
       EXPECT_TRUE(st.ok()) << st.error_message();
       EXPECT_GT(response.weight_bytes(), 0);
     }
   }
 
-  grpc::Status Send(int stage, const v1::StepFrame& frame) {
+  grpc::Status Send(int stage, const internal::v1::StepFrame& frame) {
     grpc::ClientContext ctx;
-    v1::StepAck ack;
+    internal::v1::StepAck ack;
     return stubs_[stage]->Step(&ctx, frame, &ack);
   }
 
   // Sends the frame into stage 0 as the next step of the epoch; returns its step id.
-  uint64_t Push(v1::StepFrame frame) {
+  uint64_t Push(internal::v1::StepFrame frame) {
     frame.set_epoch(epoch);
     frame.set_step_id(next_step++);
     const grpc::Status st = Send(0, frame);
@@ -159,17 +159,17 @@ class Pipeline {
   }
 
   // Push, then the step's result.
-  v1::StepResult Run(v1::StepFrame frame) {
+  internal::v1::StepResult Run(internal::v1::StepFrame frame) {
     const uint64_t id = Push(std::move(frame));
     auto r = sink.Wait(epoch, id);
     EXPECT_TRUE(r.has_value()) << "no result for step " << id;
-    return r.value_or(v1::StepResult());
+    return r.value_or(internal::v1::StepResult());
   }
 
-  v1::WorkerStatus Status(int stage) {
+  internal::v1::WorkerStatus Status(int stage) {
     grpc::ClientContext ctx;
-    v1::WorkerStatusRequest req;
-    v1::WorkerStatus s;
+    internal::v1::WorkerStatusRequest req;
+    internal::v1::WorkerStatus s;
     EXPECT_TRUE(stubs_[stage]->Status(&ctx, req, &s).ok());
     return s;
   }
@@ -180,7 +180,7 @@ class Pipeline {
     while (absl::Now() < end) {
       bool empty = true;
       for (size_t i = 0; i < workers_.size(); ++i) {
-        const v1::WorkerStatus s = Status(static_cast<int>(i));
+        const internal::v1::WorkerStatus s = Status(static_cast<int>(i));
         empty = empty && s.sequences() == 0 && s.kv_bytes_used() == 0;
       }
       if (empty) return true;
@@ -199,12 +199,12 @@ class Pipeline {
  private:
   std::unique_ptr<grpc::Server> sink_server_;
   std::vector<std::unique_ptr<WorkerServer>> workers_;
-  std::vector<std::unique_ptr<v1::Worker::Stub>> stubs_;
+  std::vector<std::unique_ptr<internal::v1::Worker::Stub>> stubs_;
 };
 
-inline v1::StepSlice* AddSlice(v1::StepFrame* f, uint64_t seq, int64_t pos0, const std::vector<int32_t>& ids,
+inline internal::v1::StepSlice* AddSlice(internal::v1::StepFrame* f, uint64_t seq, int64_t pos0, const std::vector<int32_t>& ids,
                         bool sample) {
-  v1::StepSlice* s = f->add_slices();
+  internal::v1::StepSlice* s = f->add_slices();
   s->set_seq_id(seq);
   s->set_pos0(pos0);
   for (int32_t id : ids) s->add_ids(id);
@@ -250,7 +250,7 @@ inline Generation EngineGenerate(Engine& engine, const std::vector<int32_t>& pro
 }
 
 // The sampling fields of a frame's slice.
-inline void SetSampling(v1::StepSlice* s, const SamplingParams& p) {
+inline void SetSampling(internal::v1::StepSlice* s, const SamplingParams& p) {
   s->mutable_sampling()->set_temperature(p.temperature);
   s->mutable_sampling()->set_top_k(p.top_k);
   s->mutable_sampling()->set_top_p(p.top_p);
@@ -265,17 +265,17 @@ inline std::vector<int32_t> PipelineGenerate(Pipeline& pipe, uint64_t seq, const
                                              const SamplingParams& p) {
   std::vector<int32_t> got;
   {
-    v1::StepFrame f;
+    internal::v1::StepFrame f;
     SetSampling(AddSlice(&f, seq, 0, prompt, true), p);
-    const v1::StepResult r = pipe.Run(f);
+    const internal::v1::StepResult r = pipe.Run(f);
     EXPECT_EQ(r.results_size(), 1) << r.error();
     if (r.results_size() != 1) return got;
     got.push_back(r.results(0).token());
   }
   while (static_cast<int>(got.size()) < n) {
-    v1::StepFrame f;
+    internal::v1::StepFrame f;
     AddSlice(&f, seq, static_cast<int64_t>(prompt.size() + got.size() - 1), {got.back()}, true);
-    const v1::StepResult r = pipe.Run(f);
+    const internal::v1::StepResult r = pipe.Run(f);
     EXPECT_EQ(r.results_size(), 1) << r.error();
     if (r.results_size() != 1) break;
     got.push_back(r.results(0).token());
@@ -304,10 +304,10 @@ inline void CheckGreedyAgainstEngine(Pipeline& pipe, Engine& engine, double logp
 
   std::vector<int32_t> got_a, got_b;
   {
-    v1::StepFrame f;
+    internal::v1::StepFrame f;
     AddSlice(&f, 1, 0, {kPromptA.begin(), kPromptA.begin() + 5}, false)->mutable_sampling();
     AddSlice(&f, 2, 0, kPromptB, true)->set_top_logprobs(3);
-    const v1::StepResult r = pipe.Run(f);
+    const internal::v1::StepResult r = pipe.Run(f);
     ASSERT_TRUE(r.error().empty()) << r.error();
     ASSERT_EQ(r.results_size(), 1);  // only B sampled
     EXPECT_EQ(r.results(0).seq_id(), 2u);
@@ -320,10 +320,10 @@ inline void CheckGreedyAgainstEngine(Pipeline& pipe, Engine& engine, double logp
     EXPECT_GE(r.results(0).top(1).logprob(), r.results(0).top(2).logprob());
   }
   {
-    v1::StepFrame f;
+    internal::v1::StepFrame f;
     AddSlice(&f, 1, 5, {kPromptA.begin() + 5, kPromptA.end()}, true);
     AddSlice(&f, 2, kPromptB.size(), {got_b.back()}, true);
-    const v1::StepResult r = pipe.Run(f);
+    const internal::v1::StepResult r = pipe.Run(f);
     ASSERT_TRUE(r.error().empty()) << r.error();
     ASSERT_EQ(r.results_size(), 2);
     got_a.push_back(r.results(0).token());
@@ -331,12 +331,12 @@ inline void CheckGreedyAgainstEngine(Pipeline& pipe, Engine& engine, double logp
     EXPECT_NEAR(r.results(0).logprob(), want_a.logprobs[0], logprob_tolerance);
   }
   while (got_a.size() < kTokens) {
-    v1::StepFrame f;
+    internal::v1::StepFrame f;
     AddSlice(&f, 2, kPromptB.size() + got_b.size() - 1, {got_b.back()}, got_b.size() < kTokens);
     AddSlice(&f, 1, kPromptA.size() + got_a.size() - 1, {got_a.back()}, true);
-    const v1::StepResult r = pipe.Run(f);
+    const internal::v1::StepResult r = pipe.Run(f);
     ASSERT_TRUE(r.error().empty()) << r.error();
-    for (const v1::SliceResult& s : r.results()) {
+    for (const internal::v1::SliceResult& s : r.results()) {
       std::vector<int32_t>& got = s.seq_id() == 1 ? got_a : got_b;
       const Generation& want = s.seq_id() == 1 ? want_a : want_b;
       EXPECT_NEAR(s.logprob(), want.logprobs[got.size()], logprob_tolerance) << "seq " << s.seq_id();

@@ -16,7 +16,7 @@
 #include "engine/sampling/sampler.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/layerpipe.grpc.pb.h"
+#include "proto/internal.grpc.pb.h"
 #include "tests/engine/test_util.h"
 #include "tests/worker/pipeline_harness.h"
 #include "engine/model/kv_bytes.h"
@@ -61,7 +61,7 @@ TEST_F(WorkerPipelineTest, TwoStagesAndReassignmentGiveTheSameTokens) {
   // A new epoch over a different split drops every sequence and starts step ids again.
   pipe.Assign(dir(), kThreeStages, "fp32");
   for (int i = 0; i < 3; ++i) {
-    const v1::WorkerStatus s = pipe.Status(i);
+    const internal::v1::WorkerStatus s = pipe.Status(i);
     EXPECT_EQ(s.epoch(), pipe.epoch);
     EXPECT_TRUE(s.assigned());
     EXPECT_EQ(s.sequences(), 0);
@@ -94,15 +94,15 @@ TEST_F(WorkerPipelineTest, SeededSamplingMatchesTheEngineAndResumesWithRngSkip) 
   replay.insert(replay.end(), want.tokens.begin(), want.tokens.begin() + kKept);
   std::vector<int32_t> resumed;
   {
-    v1::StepFrame f;
-    v1::StepSlice* s = AddSlice(&f, 2, 0, replay, true);
+    internal::v1::StepFrame f;
+    internal::v1::StepSlice* s = AddSlice(&f, 2, 0, replay, true);
     SetSampling(s, p);
     s->set_rng_skip(kKept);
     f.add_release(1);
     resumed.push_back(pipe.Run(f).results(0).token());
   }
   while (kKept + resumed.size() < kTokens) {
-    v1::StepFrame f;
+    internal::v1::StepFrame f;
     AddSlice(&f, 2, replay.size() + resumed.size() - 1, {resumed.back()}, true);
     resumed.push_back(pipe.Run(f).results(0).token());
   }
@@ -132,13 +132,13 @@ TEST_F(WorkerPipelineTest, SampledLogprobsAreThoseOfTheWholeRowWithOrWithoutASum
                                   SamplingParams{.temperature = 0.9f, .min_p = 0.01f, .seed = 6},
                                   SamplingParams{.temperature = 0.9f, .top_p = 0.8f, .seed = 5}}) {
     SCOPED_TRACE(::testing::Message() << "temperature " << p.temperature << " top_k " << p.top_k);
-    v1::StepFrame f;
-    v1::StepSlice* s = AddSlice(&f, ++seq, 0, kPromptA, true);
+    internal::v1::StepFrame f;
+    internal::v1::StepSlice* s = AddSlice(&f, ++seq, 0, kPromptA, true);
     SetSampling(s, p);
     s->set_top_logprobs(5);
-    const v1::StepResult r = pipe.Run(f);
+    const internal::v1::StepResult r = pipe.Run(f);
     ASSERT_EQ(r.results_size(), 1) << r.error();
-    const v1::SliceResult& res = r.results(0);
+    const internal::v1::SliceResult& res = r.results(0);
     Sampler sampler(p, static_cast<int>(V));
     EXPECT_EQ(res.token(), sampler.Sample((*logits)[0], kPromptA));
     EXPECT_NEAR(res.logprob(), lsm[res.token()], 1e-5);
@@ -166,12 +166,12 @@ TEST_F(WorkerPipelineTest, ScoresAndLogitsEqualTheEngine) {
 
   // Whole, with a following id and the logits.
   {
-    v1::StepFrame f;
-    v1::StepSlice* s = AddSlice(&f, 1, 0, ids, false);
+    internal::v1::StepFrame f;
+    internal::v1::StepSlice* s = AddSlice(&f, 1, 0, ids, false);
     s->set_score(true);
     s->set_return_logits(true);
     s->set_next_id(42);
-    const v1::StepResult r = pipe.Run(f);
+    const internal::v1::StepResult r = pipe.Run(f);
     ASSERT_EQ(r.results_size(), 1) << r.error();
     ASSERT_EQ(r.results(0).score_logprobs_size(), n);
     for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(r.results(0).score_logprobs(i), want[i], 1e-5) << i;
@@ -180,22 +180,22 @@ TEST_F(WorkerPipelineTest, ScoresAndLogitsEqualTheEngine) {
   }
   // In two chunks: the first names the id that follows it, the last none (-1).
   {
-    v1::StepFrame f;
-    v1::StepSlice* s = AddSlice(&f, 2, 0, {ids.begin(), ids.begin() + 6}, false);
+    internal::v1::StepFrame f;
+    internal::v1::StepSlice* s = AddSlice(&f, 2, 0, {ids.begin(), ids.begin() + 6}, false);
     s->set_score(true);
     s->set_next_id(ids[6]);
-    const v1::StepResult r = pipe.Run(f);
+    const internal::v1::StepResult r = pipe.Run(f);
     ASSERT_EQ(r.results_size(), 1) << r.error();
     ASSERT_EQ(r.results(0).score_logprobs_size(), 6);
     EXPECT_EQ(r.results(0).logits_size(), 0);
     for (int i = 0; i < 6; ++i) EXPECT_NEAR(r.results(0).score_logprobs(i), want[i], 1e-5) << i;
   }
   {
-    v1::StepFrame f;
-    v1::StepSlice* s = AddSlice(&f, 2, 6, {ids.begin() + 6, ids.end()}, true);
+    internal::v1::StepFrame f;
+    internal::v1::StepSlice* s = AddSlice(&f, 2, 6, {ids.begin() + 6, ids.end()}, true);
     s->set_score(true);
     s->set_next_id(-1);
-    const v1::StepResult r = pipe.Run(f);
+    const internal::v1::StepResult r = pipe.Run(f);
     ASSERT_EQ(r.results_size(), 1) << r.error();
     ASSERT_EQ(r.results(0).score_logprobs_size(), n - 7);
     for (int i = 0; i < n - 7; ++i) EXPECT_NEAR(r.results(0).score_logprobs(i), want[6 + i], 1e-5) << i;
@@ -210,13 +210,13 @@ TEST_F(WorkerPipelineTest, KvIsAccountedAndReleasedOnEveryStage) {
   pipe.Assign(dir(), kThreeStages, "bf16");
   auto config = LoadModelConfig(dir());
   ASSERT_TRUE(config.ok());
-  v1::StepFrame f;
+  internal::v1::StepFrame f;
   AddSlice(&f, 1, 0, kPromptA, true);
   AddSlice(&f, 2, 0, std::vector<int32_t>(300, 7), false);  // more than one page of the full layer
   ASSERT_TRUE(pipe.Run(f).error().empty());
   for (int i = 0; i < 3; ++i) {
     const auto [b, e] = kThreeStages[i];
-    const v1::WorkerStatus s = pipe.Status(i);
+    const internal::v1::WorkerStatus s = pipe.Status(i);
     EXPECT_EQ(s.sequences(), 2);
     EXPECT_EQ(s.kv_bytes_used(), KvBytesAtLength(*config, b, e, Precision::kBf16, kPromptA.size()) +
                                      KvBytesAtLength(*config, b, e, Precision::kBf16, 300))
@@ -228,7 +228,7 @@ TEST_F(WorkerPipelineTest, KvIsAccountedAndReleasedOnEveryStage) {
   EXPECT_GT(pipe.Status(0).transfer_ms_total(), 0);
 
   // A frame with only releases (and an id nobody holds) passes through every stage.
-  v1::StepFrame release;
+  internal::v1::StepFrame release;
   release.add_release(1);
   release.add_release(2);
   release.add_release(999);
@@ -250,27 +250,27 @@ TEST_F(WorkerPipelineTest, KvBudgetRefusesAStepAndTheStageRecovers) {
   pipe.Assign(dir(), kThreeStages, "bf16", budget);
   EXPECT_EQ(pipe.Status(1).kv_capacity_bytes(), budget);
   {
-    v1::StepFrame f;
+    internal::v1::StepFrame f;
     AddSlice(&f, 1, 0, kPromptA, true);
     EXPECT_TRUE(pipe.Run(f).error().empty());
   }
   {
-    v1::StepFrame f;
+    internal::v1::StepFrame f;
     AddSlice(&f, 2, 0, kPromptB, true);
-    const v1::StepResult r = pipe.Run(f);
+    const internal::v1::StepResult r = pipe.Run(f);
     EXPECT_EQ(r.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << r.error();
     EXPECT_EQ(r.stage(), 1);
     EXPECT_NE(r.error().find("budget"), std::string::npos) << r.error();
     EXPECT_EQ(r.results_size(), 0);
   }
-  v1::StepFrame release;
+  internal::v1::StepFrame release;
   release.add_release(1);
   release.add_release(2);  // stage 0 took it before stage 1 refused
   pipe.Push(release);
   {
-    v1::StepFrame f;
+    internal::v1::StepFrame f;
     AddSlice(&f, 2, 0, kPromptB, true);
-    const v1::StepResult r = pipe.Run(f);
+    const internal::v1::StepResult r = pipe.Run(f);
     EXPECT_TRUE(r.error().empty()) << r.error();
     EXPECT_EQ(r.results_size(), 1);
   }
@@ -282,7 +282,7 @@ TEST_F(WorkerPipelineTest, BadFramesGetPreciseErrorsAndTheWorkerKeepsServing) {
   auto engine = LoadEngine(dir(), Precision::kBf16);
   const Generation want = EngineGenerate(*engine, kPromptA, 2, SamplingParams());
   {
-    v1::StepFrame f;
+    internal::v1::StepFrame f;
     f.set_step_id(1);
     AddSlice(&f, 1, 0, kPromptA, true);
     EXPECT_EQ(pipe.Send(0, f).error_code(), grpc::StatusCode::FAILED_PRECONDITION);  // nothing assigned yet
@@ -290,18 +290,18 @@ TEST_F(WorkerPipelineTest, BadFramesGetPreciseErrorsAndTheWorkerKeepsServing) {
   pipe.Assign(dir(), kThreeStages, "bf16");
   const uint64_t epoch = pipe.epoch;
   auto frame = [&](uint64_t step) {
-    v1::StepFrame f;
+    internal::v1::StepFrame f;
     f.set_epoch(epoch);
     f.set_step_id(step);
     return f;
   };
-  auto expect_code = [&](int stage, const v1::StepFrame& f, grpc::StatusCode code, const std::string& words) {
+  auto expect_code = [&](int stage, const internal::v1::StepFrame& f, grpc::StatusCode code, const std::string& words) {
     const grpc::Status st = pipe.Send(stage, f);
     EXPECT_EQ(st.error_code(), code) << st.error_message();
     EXPECT_NE(st.error_message().find(words), std::string::npos) << st.error_message();
   };
 
-  v1::StepFrame f = frame(1);
+  internal::v1::StepFrame f = frame(1);
   AddSlice(&f, 1, 0, kPromptA, true);
   f.set_epoch(epoch - 1);
   expect_code(0, f, grpc::StatusCode::FAILED_PRECONDITION, "epoch");
@@ -390,11 +390,11 @@ TEST_F(WorkerPipelineTest, BadFramesGetPreciseErrorsAndTheWorkerKeepsServing) {
   const int64_t H = engine->config().hidden_size;
   f = frame(8);
   AddSlice(&f, 10, 0, kPromptB, true);
-  f.set_hidden_dtype(v1::HIDDEN_F32);
+  f.set_hidden_dtype(internal::v1::HIDDEN_F32);
   f.set_hidden(std::string((kPromptB.size() * H - 1) * 4, '\0'));
   expect_code(1, f, grpc::StatusCode::INVALID_ARGUMENT, "hidden holds");
   f.set_step_id(9);
-  f.set_hidden_dtype(static_cast<v1::HiddenDType>(5));
+  f.set_hidden_dtype(static_cast<internal::v1::HiddenDType>(5));
   f.set_hidden(std::string(kPromptB.size() * H * 4, '\0'));
   expect_code(1, f, grpc::StatusCode::INVALID_ARGUMENT, "hidden_dtype");
   // Stage 0's own step 8 then finds stage 1 has used that id: reported, blamed on stage 1. In all,
@@ -419,7 +419,7 @@ TEST_F(WorkerPipelineTest, BadFramesGetPreciseErrorsAndTheWorkerKeepsServing) {
   // Step 10 straight into stage 1, well-formed (bf16 zeros): stage 1 and 2 still serve.
   f = frame(10);
   AddSlice(&f, 12, 0, kPromptB, true);
-  f.set_hidden_dtype(v1::HIDDEN_BF16);
+  f.set_hidden_dtype(internal::v1::HIDDEN_BF16);
   f.set_hidden(std::string(kPromptB.size() * H * 2, '\0'));
   ASSERT_TRUE(pipe.Send(1, f).ok());
   r = pipe.sink.Wait(epoch, 10);
@@ -430,7 +430,7 @@ TEST_F(WorkerPipelineTest, BadFramesGetPreciseErrorsAndTheWorkerKeepsServing) {
 
 TEST_F(WorkerPipelineTest, AssignRefusesBadRequestsAndKeepsTheOldAssignment) {
   Pipeline pipe(1);
-  v1::AssignRequest good;
+  internal::v1::AssignRequest good;
   good.set_model_dir(dir());
   good.set_layer_begin(0);
   good.set_layer_end(5);
@@ -441,8 +441,8 @@ TEST_F(WorkerPipelineTest, AssignRefusesBadRequestsAndKeepsTheOldAssignment) {
   good.set_precision("fp32");
   ASSERT_TRUE(pipe.AssignStage(0, good).ok());
 
-  auto code = [&](const std::function<void(v1::AssignRequest&)>& edit) {
-    v1::AssignRequest r = good;
+  auto code = [&](const std::function<void(internal::v1::AssignRequest&)>& edit) {
+    internal::v1::AssignRequest r = good;
     r.set_epoch(4);
     edit(r);
     return pipe.AssignStage(0, r).error_code();
@@ -458,21 +458,21 @@ TEST_F(WorkerPipelineTest, AssignRefusesBadRequestsAndKeepsTheOldAssignment) {
   EXPECT_EQ(code([](auto& r) { r.set_kv_budget_bytes(-1); }), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(code([](auto& r) { r.set_last(false); r.set_layer_end(2); }), grpc::StatusCode::INVALID_ARGUMENT);
 
-  const v1::WorkerStatus s = pipe.Status(0);
+  const internal::v1::WorkerStatus s = pipe.Status(0);
   EXPECT_EQ(s.epoch(), 3u);
   EXPECT_EQ(s.layer_end(), 5);
   // The whole model on one worker still serves the old epoch.
   pipe.epoch = 3;
-  v1::StepFrame f;
+  internal::v1::StepFrame f;
   AddSlice(&f, 1, 0, kPromptB, true);
-  const v1::StepResult r = pipe.Run(f);
+  const internal::v1::StepResult r = pipe.Run(f);
   EXPECT_TRUE(r.error().empty()) << r.error();
   EXPECT_EQ(r.results_size(), 1);
 }
 
 TEST_F(WorkerPipelineTest, AnUnreachableNextStageIsReportedAfterRetrying) {
   Pipeline pipe(1, absl::Milliseconds(300));
-  v1::AssignRequest r;
+  internal::v1::AssignRequest r;
   r.set_model_dir(dir());
   r.set_layer_begin(0);
   r.set_layer_end(2);
@@ -482,10 +482,10 @@ TEST_F(WorkerPipelineTest, AnUnreachableNextStageIsReportedAfterRetrying) {
   r.set_epoch(1);
   ASSERT_TRUE(pipe.AssignStage(0, r).ok());
   pipe.epoch = 1;
-  v1::StepFrame f;
+  internal::v1::StepFrame f;
   AddSlice(&f, 1, 0, kPromptB, false);
   const absl::Time start = absl::Now();
-  const v1::StepResult result = pipe.Run(f);
+  const internal::v1::StepResult result = pipe.Run(f);
   EXPECT_EQ(result.error_code(), grpc::StatusCode::UNAVAILABLE) << result.error();
   EXPECT_EQ(result.stage(), 1);
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));  // it retried

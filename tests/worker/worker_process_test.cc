@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "grpcpp/grpcpp.h"
-#include "proto/layerpipe.grpc.pb.h"
+#include "proto/internal.grpc.pb.h"
 
 namespace {
 
@@ -97,10 +97,10 @@ TEST(WorkerProcess, PrintsOneLineServesStatusAndExitsCleanlyOnSigterm) {
   WorkerProcess w({"--listen", "127.0.0.1:0", "--kv-budget", "3M", "--threads", "1"});
   const std::string address = ListeningAddress(w);
   ASSERT_FALSE(address.empty());
-  auto stub = layerpipe::v1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto stub = layerpipe::internal::v1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
-  layerpipe::v1::WorkerStatus status;
-  ASSERT_TRUE(stub->Status(&ctx, layerpipe::v1::WorkerStatusRequest(), &status).ok());
+  layerpipe::internal::v1::WorkerStatus status;
+  ASSERT_TRUE(stub->Status(&ctx, layerpipe::internal::v1::WorkerStatusRequest(), &status).ok());
   EXPECT_FALSE(status.assigned());
   EXPECT_EQ(status.kv_capacity_bytes(), 3 << 20);
   w.Signal(SIGTERM);

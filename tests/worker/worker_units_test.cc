@@ -53,9 +53,9 @@ TEST(ByteSize, DefaultBudgetIsHalfOfMemory) {
 TEST(HiddenCodec, Fp32RoundTripsExactly) {
   std::vector<float> h = {1.0f, -2.5f, 3.14159f, 1e-30f, -0.0f, 65504.0f};
   std::string wire;
-  EncodeHidden(h.data(), 2, 3, v1::HIDDEN_F32, &wire);
+  EncodeHidden(h.data(), 2, 3, internal::v1::HIDDEN_F32, &wire);
   EXPECT_EQ(wire.size(), 24u);
-  auto back = DecodeHidden(v1::HIDDEN_F32, wire, 2, 3);
+  auto back = DecodeHidden(internal::v1::HIDDEN_F32, wire, 2, 3);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(std::memcmp(back->data(), h.data(), 24), 0);
 }
@@ -66,30 +66,30 @@ TEST(HiddenCodec, Bf16RoundsToNearestEven) {
   std::vector<float> h(2 * 37);
   for (float& v : h) v = dist(rng);
   std::string wire;
-  EncodeHidden(h.data(), 2, 37, v1::HIDDEN_BF16, &wire);
+  EncodeHidden(h.data(), 2, 37, internal::v1::HIDDEN_BF16, &wire);
   EXPECT_EQ(wire.size(), h.size() * 2);
-  auto back = DecodeHidden(v1::HIDDEN_BF16, wire, 2, 37);
+  auto back = DecodeHidden(internal::v1::HIDDEN_BF16, wire, 2, 37);
   ASSERT_TRUE(back.ok()) << back.status();
   for (size_t i = 0; i < h.size(); ++i) EXPECT_EQ((*back)[i], RoundToBf16(h[i])) << i;
 }
 
 TEST(HiddenCodec, RejectsWrongSizesAndUnknownDtypes) {
   std::string wire(4 * 6, '\0');
-  auto r = DecodeHidden(v1::HIDDEN_F32, wire, 2, 4);
+  auto r = DecodeHidden(internal::v1::HIDDEN_F32, wire, 2, 4);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("24 bytes"), absl::string_view::npos) << r.status();
-  EXPECT_FALSE(DecodeHidden(v1::HIDDEN_BF16, wire, 2, 3).ok());  // 12 bytes expected
-  EXPECT_TRUE(DecodeHidden(v1::HIDDEN_BF16, wire, 4, 3).ok());
-  EXPECT_FALSE(DecodeHidden(static_cast<v1::HiddenDType>(7), wire, 2, 3).ok());
-  EXPECT_TRUE(DecodeHidden(v1::HIDDEN_F32, "", 0, 3).ok());
+  EXPECT_FALSE(DecodeHidden(internal::v1::HIDDEN_BF16, wire, 2, 3).ok());  // 12 bytes expected
+  EXPECT_TRUE(DecodeHidden(internal::v1::HIDDEN_BF16, wire, 4, 3).ok());
+  EXPECT_FALSE(DecodeHidden(static_cast<internal::v1::HiddenDType>(7), wire, 2, 3).ok());
+  EXPECT_TRUE(DecodeHidden(internal::v1::HIDDEN_F32, "", 0, 3).ok());
 }
 
-v1::StepFrame OneSlice(std::vector<int32_t> ids, int64_t pos0 = 0) {
-  v1::StepFrame f;
+internal::v1::StepFrame OneSlice(std::vector<int32_t> ids, int64_t pos0 = 0) {
+  internal::v1::StepFrame f;
   f.set_epoch(1);
   f.set_step_id(1);
-  v1::StepSlice* s = f.add_slices();
+  internal::v1::StepSlice* s = f.add_slices();
   s->set_seq_id(5);
   s->set_pos0(pos0);
   for (int32_t id : ids) s->add_ids(id);
@@ -98,8 +98,8 @@ v1::StepFrame OneSlice(std::vector<int32_t> ids, int64_t pos0 = 0) {
 
 TEST(FrameCheck, AcceptsAGoodFrameAndCountsRows) {
   const StageShape shape{96, 300, 4096, true};
-  v1::StepFrame f = OneSlice({1, 2, 3});
-  v1::StepSlice* s = f.add_slices();
+  internal::v1::StepFrame f = OneSlice({1, 2, 3});
+  internal::v1::StepSlice* s = f.add_slices();
   s->set_seq_id(6);
   s->set_pos0(10);
   s->add_ids(299);
@@ -114,7 +114,7 @@ TEST(FrameCheck, AcceptsAGoodFrameAndCountsRows) {
 TEST(FrameCheck, RefusesEachBadField) {
   const StageShape shape{96, 300, 4096, true};
   int64_t rows;
-  auto code = [&](const v1::StepFrame& f) { return CheckFrameContent(f, shape, &rows).code(); };
+  auto code = [&](const internal::v1::StepFrame& f) { return CheckFrameContent(f, shape, &rows).code(); };
   EXPECT_EQ(code(OneSlice({1, 300})), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code(OneSlice({-1})), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code(OneSlice({})), absl::StatusCode::kInvalidArgument);
@@ -122,31 +122,31 @@ TEST(FrameCheck, RefusesEachBadField) {
   EXPECT_EQ(code(OneSlice({1, 2}, 4095)), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(code(OneSlice({1}, std::numeric_limits<int64_t>::max())), absl::StatusCode::kOutOfRange);
   {
-    v1::StepFrame f = OneSlice({1});
+    internal::v1::StepFrame f = OneSlice({1});
     *f.add_slices() = f.slices(0);
     EXPECT_EQ(code(f), absl::StatusCode::kInvalidArgument);  // a sequence twice
   }
   {
-    v1::StepFrame f = OneSlice({1});
+    internal::v1::StepFrame f = OneSlice({1});
     f.mutable_slices(0)->mutable_sampling()->set_top_p(1.5f);
     const absl::Status st = CheckFrameContent(f, shape, &rows);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(st.message().find("top_p"), absl::string_view::npos) << st;
   }
   {
-    v1::StepFrame f = OneSlice({1});
+    internal::v1::StepFrame f = OneSlice({1});
     f.mutable_slices(0)->set_top_logprobs(21);
     EXPECT_EQ(code(f), absl::StatusCode::kInvalidArgument);
   }
   {
-    v1::StepFrame f = OneSlice({1});
+    internal::v1::StepFrame f = OneSlice({1});
     f.mutable_slices(0)->set_rng_skip(-1);
     EXPECT_EQ(code(f), absl::StatusCode::kInvalidArgument);
     f.mutable_slices(0)->set_rng_skip(int64_t{1} << 40);  // would spin the RNG for hours
     EXPECT_EQ(code(f), absl::StatusCode::kInvalidArgument);
   }
   {
-    v1::StepFrame f = OneSlice({1});
+    internal::v1::StepFrame f = OneSlice({1});
     f.mutable_slices(0)->set_score(true);
     f.mutable_slices(0)->set_next_id(300);
     EXPECT_EQ(code(f), absl::StatusCode::kInvalidArgument);
@@ -154,13 +154,13 @@ TEST(FrameCheck, RefusesEachBadField) {
     EXPECT_EQ(code(f), absl::StatusCode::kOk);
   }
   {
-    v1::StepFrame f = OneSlice({1});
+    internal::v1::StepFrame f = OneSlice({1});
     f.set_hidden(std::string(96 * 4, '\0'));  // the first stage embeds; it takes no hidden
     EXPECT_EQ(code(f), absl::StatusCode::kInvalidArgument);
   }
   {
     const StageShape big_vocab{96, 262144, 4096, true};
-    v1::StepFrame f = OneSlice(std::vector<int32_t>(257, 7));
+    internal::v1::StepFrame f = OneSlice(std::vector<int32_t>(257, 7));
     f.mutable_slices(0)->set_return_logits(true);
     const absl::Status st = CheckFrameContent(f, big_vocab, &rows);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
@@ -171,7 +171,7 @@ TEST(FrameCheck, RefusesEachBadField) {
   }
   {
     const StageShape long_context{96, 300, 1 << 20, true};
-    v1::StepFrame f = OneSlice(std::vector<int32_t>(kMaxRowsPerFrame + 1, 7));
+    internal::v1::StepFrame f = OneSlice(std::vector<int32_t>(kMaxRowsPerFrame + 1, 7));
     EXPECT_EQ(CheckFrameContent(f, long_context, &rows).code(), absl::StatusCode::kInvalidArgument);
   }
 }

@@ -61,7 +61,7 @@ void FrameLink::ReapAbandoned() {
   }
 }
 
-grpc::Status FrameLink::SendFrame(int dest, const v1::StepFrame& frame, std::chrono::system_clock::time_point deadline,
+grpc::Status FrameLink::SendFrame(int dest, const internal::v1::StepFrame& frame, std::chrono::system_clock::time_point deadline,
                                   const std::atomic<bool>& cancelled) {
   uint64_t seq = 0;
   {
@@ -152,7 +152,7 @@ void FrameLink::ServeFrames(const Deliver& deliver, const std::vector<int>& peer
     }
     uint64_t seq = 0;
     absl::Status verdict;
-    v1::StepFrame frame;
+    internal::v1::StepFrame frame;
     if (bytes.size() < kSeqBytes) {
       verdict = absl::InvalidArgumentError(absl::StrCat("a frame of ", bytes.size(), " bytes from rank ", source));
     } else {

@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/layerpipe.pb.h"
+#include "proto/internal.pb.h"
 
 namespace layerpipe {
 
@@ -38,12 +38,12 @@ class FrameLink {
 
   // Sends `frame` to rank `dest` and waits for its verdict. DEADLINE_EXCEEDED when `deadline` passes
   // first, CANCELLED when `cancelled` is set first; either way the frame may still arrive.
-  grpc::Status SendFrame(int dest, const v1::StepFrame& frame, std::chrono::system_clock::time_point deadline,
+  grpc::Status SendFrame(int dest, const internal::v1::StepFrame& frame, std::chrono::system_clock::time_point deadline,
                          const std::atomic<bool>& cancelled);
 
   // Takes frames from any rank, hands each to `deliver` and sends back its verdict, until close
   // messages from all of `peers` have arrived.
-  using Deliver = std::function<absl::Status(const v1::StepFrame& frame)>;
+  using Deliver = std::function<absl::Status(const internal::v1::StepFrame& frame)>;
   void ServeFrames(const Deliver& deliver, const std::vector<int>& peers);
 
   // Tells each of `peers` that this rank sends no more frames (after its outbox has stopped).

@@ -5,14 +5,14 @@
 
 namespace layerpipe {
 
-grpc::Status MpiNextHop::Send(grpc::ClientContext* ctx, const v1::StepFrame& frame) {
+grpc::Status MpiNextHop::Send(grpc::ClientContext* ctx, const internal::v1::StepFrame& frame) {
   if (cancelled_) return grpc::Status(grpc::StatusCode::CANCELLED, "the worker is shutting down");
   return link_->SendFrame(dest_, frame, ctx->deadline(), cancelled_);
 }
 
 NextHopFactory MpiNextHopFactory(FrameLink* link, std::map<std::string, int> rank_of_address, std::string log_prefix) {
   return [link, ranks = std::move(rank_of_address),
-          prefix = std::move(log_prefix)](const v1::AssignRequest& r) -> absl::StatusOr<std::shared_ptr<NextHop>> {
+          prefix = std::move(log_prefix)](const internal::v1::AssignRequest& r) -> absl::StatusOr<std::shared_ptr<NextHop>> {
     auto it = ranks.find(r.next_address());
     if (it == ranks.end() || it->second == link->rank()) {
       std::fprintf(stderr, "%s: stage %d hands frames to %s over grpc\n", prefix.c_str(), r.stage(),

@@ -15,7 +15,7 @@ namespace layerpipe {
 class MpiNextHop final : public NextHop {
  public:
   MpiNextHop(FrameLink* link, int dest) : link_(link), dest_(dest) {}
-  grpc::Status Send(grpc::ClientContext* ctx, const v1::StepFrame& frame) override;
+  grpc::Status Send(grpc::ClientContext* ctx, const internal::v1::StepFrame& frame) override;
   void Cancel() override { cancelled_ = true; }
   std::string transport() const override { return "mpi"; }
   int dest() const { return dest_; }
