@@ -3,13 +3,13 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/self_path.h"
 
 namespace layerpipe {
 namespace {
@@ -17,9 +17,8 @@ namespace {
 std::vector<std::string> Candidates() {
   std::vector<std::string> out;
   if (const char* env = std::getenv("LAYERPIPE_CUDA_PLUGIN"); env != nullptr && *env != '\0') out.push_back(env);
-  std::error_code ec;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) out.push_back((self.parent_path() / kCudaPluginFile).string());
+  // Installed next to the executable.
+  if (std::string sibling = SiblingPath(kCudaPluginFile); !sibling.empty()) out.push_back(sibling);
   out.push_back(kCudaPluginFile);  // LD_LIBRARY_PATH, ld.so.cache
   return out;
 }

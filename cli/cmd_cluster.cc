@@ -3,7 +3,6 @@
 // them stops all. With a client command after "--" it is one-shot: the command runs against the cluster
 // and its exit status becomes ours.
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,9 +16,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "backend/backend_factory.h"
-#include "cli/child_process.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "common/child_process.h"
+#include "common/self_path.h"
 
 namespace layerpipe::cli {
 namespace {
@@ -44,23 +44,6 @@ std::vector<FlagSpec> Specs() {
 constexpr const char* kUsageTail =
     "  -- COMMAND ...  one-shot: run a client command (generate, score or job ...) against the cluster with\n"
     "                  --coordinator set, print its output, stop the cluster and exit with its status\n";
-
-// The command's own directory: the worker and coordinator binaries are installed next to it.
-absl::StatusOr<std::filesystem::path> SelfPath() {
-  std::error_code ec;
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return absl::InternalError(absl::StrCat("/proc/self/exe: ", ec.message()));
-  return self;
-}
-
-absl::StatusOr<std::string> SiblingBinary(const std::filesystem::path& self, const std::string& name) {
-  const std::filesystem::path p = self.parent_path() / name;
-  if (access(p.c_str(), X_OK) != 0) {
-    return absl::NotFoundError(absl::StrCat(p.string(), " is missing or not executable (build it next to ",
-                                            self.filename().string(), ")"));
-  }
-  return p.string();
-}
 
 struct Config {
   std::string model;
@@ -145,17 +128,23 @@ class Supervisor {
   enum class Phase { kWorkers, kCoordinator, kServing };
 
   int Loop(const sigset_t& wait_mask, const sigset_t& child_mask) {
-    auto worker_bin = SiblingBinary(self_, "layerpipe-worker");
+    // The worker and coordinator binaries are installed next to this one.
+    auto worker_bin = SiblingExecutable("layerpipe-worker");
     if (!worker_bin.ok()) return Fail("cluster", worker_bin.status());
-    auto coordinator_bin = SiblingBinary(self_, "layerpipe-coordinator");
+    auto coordinator_bin = SiblingExecutable("layerpipe-coordinator");
     if (!coordinator_bin.ok()) return Fail("cluster", coordinator_bin.status());
+    ChildOptions server_options;
+    server_options.capture_stdout = true;
+    server_options.signal_mask = child_mask;
+    ChildOptions client_options;
+    client_options.signal_mask = child_mask;
 
     for (int i = 0; i < config_.workers; ++i) {
       auto w = ChildProcess::Start(
           absl::StrCat("worker ", i), *worker_bin,
           {*worker_bin, "--listen", "127.0.0.1:0", "--threads", absl::StrCat(config_.threads_per_worker), "--device",
            config_.devices[i]},
-          /*capture_stdout=*/true, child_mask);
+          server_options);
       if (!w.ok()) return Fail("cluster", w.status());
       workers_.push_back(*std::move(w));
     }
@@ -192,7 +181,7 @@ class Supervisor {
           // absl spells flags with underscores; the dashed spelling is only an alias where a binary adds it.
           if (!config_.layer_split.empty()) argv.insert(argv.end(), {"--layer-split", config_.layer_split});
           if (!config_.precision.empty()) argv.insert(argv.end(), {"--precision", config_.precision});
-          auto c = ChildProcess::Start("coordinator", *coordinator_bin, argv, /*capture_stdout=*/true, child_mask);
+          auto c = ChildProcess::Start("coordinator", *coordinator_bin, argv, server_options);
           if (!c.ok()) return Fail("cluster", c.status());
           coordinator_ = *std::move(c);
           phase = Phase::kCoordinator;
@@ -210,7 +199,7 @@ class Supervisor {
             std::vector<std::string> argv = {self_.string()};
             argv.insert(argv.end(), config_.client.begin(), config_.client.end());
             argv.insert(argv.end(), {"--coordinator", coordinator_address});
-            auto c = ChildProcess::Start("client", self_.string(), argv, /*capture_stdout=*/false, child_mask);
+            auto c = ChildProcess::Start("client", self_.string(), argv, client_options);
             if (!c.ok()) return Fail("cluster", c.status());
             client_ = *std::move(c);
           }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "common/version.h"
 
 namespace {
 
@@ -18,7 +19,7 @@ constexpr const char* kUsage =
     "  cluster          run workers and a coordinator on this machine (optionally one command, then stop)\n"
     "  tokenize         encode --text (or --decode ids) with a tokenizer.json\n"
     "  make-checkpoint  write a random checkpoint in the real Gemma 4 layout\n"
-    "run 'layerpipe COMMAND --help' for the flags of a command\n";
+    "run 'layerpipe COMMAND --help' for the flags of a command, 'layerpipe --version' for the version\n";
 
 }  // namespace
 
@@ -28,6 +29,10 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
+  if (cmd == "--version") {
+    std::printf("%s\n", layerpipe::VersionLine("layerpipe").c_str());
+    return 0;
+  }
   std::vector<std::string> rest(argv + 2, argv + argc);
   if (cmd == "generate") return layerpipe::cli::RunGenerate(rest);
   if (cmd == "score") return layerpipe::cli::RunScore(rest);

@@ -2,12 +2,12 @@
 
 #include <civetweb.h>
 
-#include <cstdio>
 #include <cstring>
 #include <mutex>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 
 namespace layerpipe {
 namespace {
@@ -71,11 +71,10 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(cons
 }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetricsIfAsked(const std::string& listen,
-                                                                       const MetricsRegistry* registry,
-                                                                       const char* program) {
+                                                                       const MetricsRegistry* registry) {
   if (listen.empty()) return std::unique_ptr<MetricsHttpServer>();
   auto server = MetricsHttpServer::Start(listen, registry);
-  if (server.ok()) std::fprintf(stderr, "%s: metrics on http://%s/metrics\n", program, (*server)->address().c_str());
+  if (server.ok()) LP_LOG(INFO) << "metrics on http://" << (*server)->address() << "/metrics";
   return server;
 }
 

@@ -40,12 +40,10 @@ class MetricsHttpServer {
   std::string address_;
 };
 
-// For a server's main(): serves `registry` on `listen` unless that is empty (then null), and says
-// where on stderr ("PROGRAM: metrics on http://HOST:PORT/metrics"; stdout stays for the "listening
-// on" line tools parse).
+// For a server's main(): serves `registry` on `listen` unless that is empty (then null), and logs
+// where ("metrics on http://HOST:PORT/metrics"; stdout stays for the "listening on" line tools parse).
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetricsIfAsked(const std::string& listen,
-                                                                       const MetricsRegistry* registry,
-                                                                       const char* program);
+                                                                       const MetricsRegistry* registry);
 
 }  // namespace layerpipe
 

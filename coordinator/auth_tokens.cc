@@ -1,7 +1,6 @@
 #include "coordinator/auth_tokens.h"
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -10,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/log.h"
 
 namespace layerpipe {
 namespace {
@@ -99,20 +99,18 @@ void AuthTokens::MaybeReload() {
   last_read_ = now;
   auto text = ReadText(path_);
   if (!text.ok()) {
-    std::fprintf(stderr, "layerpipe-coordinator: keeping the previous tokens: %s\n",
-                 std::string(text.status().message()).c_str());
+    LP_LOG(WARNING) << "keeping the previous tokens: " << text.status().message();
     return;
   }
   if (*text == text_) return;
   auto tokens = ParseAuthTokens(*text, path_);
   text_ = *std::move(text);  // a broken file is reported once, not on every recheck
   if (!tokens.ok()) {
-    std::fprintf(stderr, "layerpipe-coordinator: keeping the previous tokens: %s\n",
-                 std::string(tokens.status().message()).c_str());
+    LP_LOG(WARNING) << "keeping the previous tokens: " << tokens.status().message();
     return;
   }
   tokens_ = *std::move(tokens);
-  std::fprintf(stderr, "layerpipe-coordinator: reloaded %zu tokens from %s\n", tokens_.size(), path_.c_str());
+  LP_LOG(INFO) << "reloaded " << tokens_.size() << " tokens from " << path_;
 }
 
 std::optional<std::string> AuthTokens::Lookup(absl::string_view token) {

@@ -1,14 +1,13 @@
 // layerpipe-coordinator: serves the client API and drives the worker pipeline. The flags it shares with
 // layerpipe-mpi are in coordinator/coordinator_flags.cc.
 // All the work is in RunCoordinator (coordinator/run_coordinator.h), which layerpipe-mpi shares.
+// --help lists the flags of both files, --version says which build this is.
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
-#include "common/dash_flags.h"
+#include "common/server_flags.h"
 #include "coordinator/coordinator_flags.h"
 #include "coordinator/run_coordinator.h"
 
@@ -34,10 +33,8 @@ ABSL_FLAG(int, max_concurrent_per_client, 0,
           "RPCs one client (token name, or IP address without tokens) may have open at once; 0: no limit");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("layerpipe-coordinator --listen ADDR --model DIR --workers A1,A2,...");
-  std::vector<std::string> args = layerpipe::DashesToUnderscores(argc, argv);
-  std::vector<char*> arg_ptrs = layerpipe::ArgPointers(args);
-  absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+  layerpipe::ParseServerFlags(std::vector<std::string>(argv, argv + argc), "layerpipe-coordinator",
+                              "layerpipe-coordinator --listen ADDR --model DIR --workers A1,A2,...");
 
   layerpipe::CoordinatorSettings s;
   layerpipe::ReadSharedCoordinatorFlags(&s);

@@ -11,10 +11,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/host_name.h"
+#include "common/log.h"
 #include "common/metrics_http.h"
 #include "coordinator/api_service.h"
 #include "coordinator/pipeline.h"
-#include "coordinator/planner.h"
+#include "coordinator/scheduling/planner.h"
 #include "engine/sampling/stop_conditions.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -43,13 +44,15 @@ std::string ReachableHost(const std::string& listen) {
 }  // namespace
 
 int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) {
+  // Messages go to the log, which names the program; stdout has only the lines tools read (the
+  // "listening on" and "peer port on" lines).
   const char* program = s.program.c_str();
   auto fail = [&](const std::string& msg) {
-    std::fprintf(stderr, "%s: %s\n", program, msg.c_str());
+    LP_LOG(ERROR) << msg;
     return 1;
   };
   auto usage = [&](const std::string& msg) {
-    std::fprintf(stderr, "%s: %s\n", program, msg.c_str());
+    LP_LOG(ERROR) << msg;
     return 2;
   };
   if (s.listen.empty() || s.model.empty() || s.workers.empty()) {
@@ -76,7 +79,7 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
     if (!t.ok()) return fail(std::string(t.status().message()));
     tokenizer = std::move(*t);
   } else {
-    std::fprintf(stderr, "%s: no tokenizer.json in %s: only token ids are accepted\n", program, s.model.c_str());
+    LP_LOG(WARNING) << "no tokenizer.json in " << s.model << ": only token ids are accepted";
   }
   auto stop_ids = ReadStopIdsFromGenerationConfig(s.model + "/generation_config.json");
   if (!stop_ids.ok()) return fail(std::string(stop_ids.status().message()));
@@ -100,7 +103,7 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
   popt.health_interval = s.health_interval;
   auto security = LoadCoordinatorSecurity(s.security);
   if (!security.ok()) return fail(std::string(security.status().message()));
-  for (const std::string& w : security->warnings) std::fprintf(stderr, "%s: warning: %s\n", program, w.c_str());
+  for (const std::string& w : security->warnings) LP_LOG(WARNING) << w;
   popt.worker_credentials = security->workers;
 
   // The server must be listening before the workers are assigned: the last stage reports to it.
@@ -108,7 +111,7 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   Pipeline pipeline(*config, popt);
   // Served from the start: a coordinator waiting for its workers shows layerpipe_ready 0.
-  auto metrics = ServeMetricsIfAsked(s.metrics_listen, &pipeline.metrics(), program);
+  auto metrics = ServeMetricsIfAsked(s.metrics_listen, &pipeline.metrics());
   if (!metrics.ok()) return fail(absl::StrCat("--metrics-listen: ", metrics.status().message()));
   LayerPipeService api(*config, tokenizer.get(), *stop_ids, &pipeline, security->gate);
   StepSinkService sink(&pipeline);
@@ -140,8 +143,8 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
     return fail(absl::StrCat("the pipeline did not start: ", st.message()));
   }
   for (size_t i = 0; i < ranges.size(); ++i) {
-    std::fprintf(stderr, "%s: stage %zu at %s serves layers %d-%d\n", program, i, s.workers[i].c_str(),
-                 ranges[i].begin, ranges[i].end - 1);
+    LP_LOG(INFO) << "stage " << i << " at " << s.workers[i] << " serves layers " << ranges[i].begin << "-"
+                 << ranges[i].end - 1;
   }
   server->GetHealthCheckService()->SetServingStatus(true);
   const std::string address = absl::StrCat(host, ":", port);
@@ -151,16 +154,15 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
 
   if (hooks.wait_for_stop) {
     hooks.wait_for_stop();
-    std::fprintf(stderr, "%s: stopping, draining (up to %s)\n", program, absl::FormatDuration(s.drain_timeout).c_str());
+    LP_LOG(INFO) << "stopping, draining (up to " << absl::FormatDuration(s.drain_timeout) << ")";
   } else {
     int sig = 0;
     sigwait(&signals, &sig);
-    std::fprintf(stderr, "%s: signal %d, draining (up to %s)\n", program, sig,
-                 absl::FormatDuration(s.drain_timeout).c_str());
+    LP_LOG(INFO) << "signal " << sig << ", draining (up to " << absl::FormatDuration(s.drain_timeout) << ")";
   }
   server->GetHealthCheckService()->SetServingStatus(false);
   if (!pipeline.Drain(s.drain_timeout)) {
-    std::fprintf(stderr, "%s: drain timed out; cancelling what is left\n", program);
+    LP_LOG(WARNING) << "drain timed out; cancelling what is left";
   }
   pipeline.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

@@ -17,7 +17,7 @@ namespace layerpipe {
 
 // The coordinator's flags (coordinator/main.cc documents each).
 struct CoordinatorSettings {
-  std::string program = "layerpipe-coordinator";  // prefixes every message and the "listening" line
+  std::string program = "layerpipe-coordinator";  // starts the "listening on" and "peer port on" lines
   std::string listen, advertise, model;
   // Host of the address the workers report to when `advertise` is empty (the port is the one bound).
   // Empty: the --listen host, with a wildcard read as 127.0.0.1.

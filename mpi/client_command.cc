@@ -1,20 +1,9 @@
 #include "mpi/client_command.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
-#include <thread>
 
-#include "absl/strings/str_cat.h"
-
-extern char** environ;
+#include "common/self_path.h"
 
 namespace layerpipe {
 
@@ -40,68 +29,27 @@ absl::Status ClientCommand::Start(const std::string& coordinator) {
     argv.push_back(coordinator);
   }
   argv.insert(argv.end(), words_.begin() + 1, words_.end());
-  std::vector<char*> ptrs;
-  for (std::string& a : argv) ptrs.push_back(a.data());
-  ptrs.push_back(nullptr);
-
-  // The servers block SIGTERM/SIGINT in every thread; the client must not inherit that.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGTERM);
-  sigaddset(&defaults, SIGINT);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  const int err = posix_spawnp(&pid_, binary_.c_str(), &actions, &attr, ptrs.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (err != 0) {
-    pid_ = -1;
-    return absl::FailedPreconditionError(absl::StrCat("cannot run ", binary_, ": ", std::strerror(err)));
-  }
+  // The servers block SIGTERM/SIGINT in every thread; the client gets an empty mask (ChildOptions' default).
+  ChildOptions options;
+  options.null_stdin = true;
+  auto child = ChildProcess::Start("client", binary_, argv, options);
+  if (!child.ok()) return child.status();
+  child_ = *std::move(child);
   return absl::OkStatus();
 }
 
 std::optional<int> ClientCommand::Poll() {
-  if (status_ || pid_ <= 0) return status_;
-  int wstatus = 0;
-  const pid_t got = waitpid(pid_, &wstatus, WNOHANG);
-  if (got != pid_) return std::nullopt;
-  pid_ = -1;
-  status_ = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-  return status_;
+  if (!child_ || !child_->Poll()) return std::nullopt;
+  return child_->ShellStatus();
 }
 
 void ClientCommand::Kill(int grace_ms) {
-  if (pid_ <= 0 || Poll()) return;
-  kill(pid_, SIGTERM);
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
-  while (!Poll() && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (!Poll()) {
-    kill(pid_, SIGKILL);
-    int wstatus = 0;
-    waitpid(pid_, &wstatus, 0);
-    pid_ = -1;
-    status_ = 128 + SIGKILL;
-  }
+  if (child_) child_->Stop(std::chrono::milliseconds(grace_ms));
 }
 
 std::string SiblingOrPath(const std::string& name) {
-  std::error_code ec;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const auto sibling = self.parent_path() / name;
-    if (access(sibling.c_str(), X_OK) == 0) return sibling.string();
-  }
-  return name;
+  auto sibling = SiblingExecutable(name);
+  return sibling.ok() ? *sibling : name;
 }
 
 }  // namespace layerpipe

@@ -4,26 +4,27 @@
 #ifndef LAYERPIPE_MPI_CLIENT_COMMAND_H_
 #define LAYERPIPE_MPI_CLIENT_COMMAND_H_
 
-#include <sys/types.h>
-
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/child_process.h"
 
 namespace layerpipe {
 
 class ClientCommand {
  public:
-  // `words`: what followed `--`; `layerpipe_binary`: the client to run.
+  // `words`: what followed `--`; `layerpipe_binary`: the client to run (a name without '/' is looked up
+  // on PATH).
   ClientCommand(std::vector<std::string> words, std::string layerpipe_binary);
   ~ClientCommand();  // Kill()
 
   // InvalidArgument for an empty command.
   absl::Status Check() const;
-  // Starts it against `coordinator` with default signal handling, stdin from /dev/null, and this
-  // process's stdout and stderr.
+  // Starts it against `coordinator` (common/child_process.h: it dies with this process) with default
+  // signal handling, stdin from /dev/null, and this process's stdout and stderr. Call from the main thread.
   absl::Status Start(const std::string& coordinator);
   // Its exit status once it has exited (128+N after signal N); nullopt while it runs or before Start.
   std::optional<int> Poll();
@@ -33,8 +34,7 @@ class ClientCommand {
  private:
   std::vector<std::string> words_;
   std::string binary_;
-  pid_t pid_ = -1;
-  std::optional<int> status_;
+  std::unique_ptr<ChildProcess> child_;
 };
 
 // `name` in the directory of the running executable when it is there, else `name` (found on PATH).

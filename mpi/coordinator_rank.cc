@@ -3,30 +3,28 @@
 #include <signal.h>
 #include <time.h>
 
-#include <cstdio>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 #include "mpi/client_command.h"
 #include "mpi/rank_protocol.h"
 
 namespace layerpipe {
 
 int RunCoordinatorRank(JobControl& job, CoordinatorSettings settings, const std::vector<std::string>& client_words) {
-  const std::string prefix = "layerpipe-mpi[rank 0]";
   const StartupReport report = ParseStartup(job.AllGather(EncodeCoordinator()));
   if (!report.failures.empty()) {
     for (const auto& [rank, why] : report.failures) {
-      std::fprintf(stderr, "layerpipe-mpi: the worker of rank %d did not start: %s\n", rank, why.c_str());
+      LP_LOG(ERROR) << "the worker of rank " << rank << " did not start: " << why;
     }
     job.Barrier();
     return 1;
   }
   job.Barrier();  // the workers know each other's ranks from here on
   settings.workers = report.worker_addresses;
-  std::fprintf(stderr, "%s: workers in rank order: %s\n", prefix.c_str(),
-               absl::StrJoin(settings.workers, ",").c_str());
+  LP_LOG(INFO) << "workers in rank order: " << absl::StrJoin(settings.workers, ",");
 
   std::optional<ClientCommand> client;
   if (!client_words.empty()) client.emplace(client_words, SiblingOrPath("layerpipe"));
@@ -36,7 +34,7 @@ int RunCoordinatorRank(JobControl& job, CoordinatorSettings settings, const std:
   hooks.serving = [&](const std::string& address) {
     if (!client) return;
     if (auto st = client->Start(address); !st.ok()) {
-      std::fprintf(stderr, "layerpipe-mpi: %s\n", std::string(st.message()).c_str());
+      LP_LOG(ERROR) << st.message();
       client_failed_to_start = true;
     }
   };
@@ -50,19 +48,19 @@ int RunCoordinatorRank(JobControl& job, CoordinatorSettings settings, const std:
       if (client_failed_to_start) return;
       if (client) {
         if (auto rc = client->Poll()) {
-          std::fprintf(stderr, "%s: the client command exited with status %d\n", prefix.c_str(), *rc);
+          LP_LOG(INFO) << "the client command exited with status " << *rc;
           return;
         }
       }
       int from = 0;
       std::string why;
       if (job.TakeStopRequest(&from, &why)) {
-        std::fprintf(stderr, "%s: stopping the job: %s\n", prefix.c_str(), why.c_str());
+        LP_LOG(INFO) << "stopping the job: " << why;
         return;
       }
       const int sig = sigtimedwait(&signals, nullptr, &tick);
       if (sig > 0) {
-        std::fprintf(stderr, "%s: signal %d, stopping the job\n", prefix.c_str(), sig);
+        LP_LOG(INFO) << "signal " << sig << ", stopping the job";
         return;
       }
     }

@@ -6,22 +6,21 @@
 // addresses are exchanged over MPI, and activations go from one worker rank to the next over MPI.
 // With a client command (a `layerpipe` client subcommand), rank 0 runs it against the cluster and the
 // job ends with its status; without one the job serves until SIGTERM/SIGINT reaches any rank.
+// Every rank logs as "layerpipe-mpi[rank N]"; --help lists the flags, --version says which build this is.
 #include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "backend/backend_factory.h"
-#include "common/dash_flags.h"
 #include "common/host_name.h"
+#include "common/log.h"
+#include "common/server_flags.h"
 #include "coordinator/coordinator_flags.h"
 #include "coordinator/run_coordinator.h"
 #include "mpi/client_command.h"
@@ -122,14 +121,11 @@ int Run(const std::vector<std::string>& client) {
     if (absl::Status st = ClientCommand(client, "layerpipe").Check(); !st.ok()) p.error = std::string(st.message());
   }
   if (!p.error.empty()) {
-    if (rank == 0) std::fprintf(stderr, "layerpipe-mpi: %s\n", p.error.c_str());
+    if (rank == 0) LP_LOG(ERROR) << p.error;
     return 2;
   }
   if (size < 2) {
-    std::fprintf(stderr,
-                 "layerpipe-mpi: needs at least 2 ranks (rank 0 is the coordinator, ranks 1.. are workers); "
-                 "got -np %d\n",
-                 size);
+    LP_LOG(ERROR) << "needs at least 2 ranks (rank 0 is the coordinator, ranks 1.. are workers); got -np " << size;
     return 1;
   }
   SetMpiPollInterval(std::chrono::microseconds(absl::GetFlag(FLAGS_mpi_poll_us)));
@@ -143,9 +139,6 @@ int Run(const std::vector<std::string>& client) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "mpirun -np N layerpipe-mpi --model DIR [--listen ADDR] [--layer-split R] [--precision P] [--threads T] "
-      "[--kv-budget SIZE] [--device cpu|cuda|cuda:N] [-- CLIENT COMMAND...]");
   // The client command is not ours to parse.
   std::vector<std::string> args(argv, argv + argc), client;
   for (size_t i = 1; i < args.size(); ++i) {
@@ -155,10 +148,9 @@ int main(int argc, char** argv) {
       break;
     }
   }
-  std::vector<char*> raw = ArgPointers(args);
-  std::vector<std::string> flags = DashesToUnderscores(static_cast<int>(raw.size()), raw.data());
-  std::vector<char*> flag_ptrs = ArgPointers(flags);
-  absl::ParseCommandLine(static_cast<int>(flag_ptrs.size()), flag_ptrs.data());
+  ParseServerFlags(std::move(args), "layerpipe-mpi",
+                   "mpirun -np N layerpipe-mpi --model DIR [--listen ADDR] [--layer-split R] [--precision P] "
+                   "[--threads T] [--kv-budget SIZE] [--device cpu|cuda|cuda:N] [-- CLIENT COMMAND...]");
 
   // Blocked before MPI starts its own threads, so that only the rank's wait loop ever takes them.
   sigset_t signals;
@@ -169,14 +161,15 @@ int main(int argc, char** argv) {
 
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // mpirun interleaves the ranks' stderr: every line says which rank wrote it, the shared code's too.
+  SetLogProgramName(absl::StrCat("layerpipe-mpi[rank ", rank, "]"));
   if (provided < MPI_THREAD_MULTIPLE) {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == 0) {
-      std::fprintf(stderr,
-                   "layerpipe-mpi: the MPI library offers thread level %d, below MPI_THREAD_MULTIPLE (%d), which "
-                   "layerpipe-mpi needs (several threads of a rank send and receive)\n",
-                   provided, MPI_THREAD_MULTIPLE);
+      LP_LOG(ERROR) << "the MPI library offers thread level " << provided << ", below MPI_THREAD_MULTIPLE ("
+                    << MPI_THREAD_MULTIPLE
+                    << "), which layerpipe-mpi needs (several threads of a rank send and receive)";
     }
     MPI_Finalize();
     return 1;

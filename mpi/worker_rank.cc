@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/host_name.h"
+#include "common/log.h"
 #include "transport/mpi/mpi_next_hop.h"
 #include "transport/mpi/mpi_poll.h"
 #include "mpi/rank_protocol.h"
@@ -33,7 +33,7 @@ std::string AdvertisedAddress(const WorkerRankSettings& s, const WorkerServer& s
 }
 
 // Waits for rank 0's stop; a signal here is passed on to rank 0, which stops the whole job.
-void WaitForStop(JobControl& job, const std::string& prefix) {
+void WaitForStop(JobControl& job) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -43,7 +43,7 @@ void WaitForStop(JobControl& job, const std::string& prefix) {
   while (!job.StopArrived()) {
     const int sig = sigtimedwait(&signals, nullptr, &tick);
     if (sig > 0 && !asked) {
-      std::fprintf(stderr, "%s: signal %d, asking rank 0 to stop the job\n", prefix.c_str(), sig);
+      LP_LOG(INFO) << "signal " << sig << ", asking rank 0 to stop the job";
       job.RequestStop(absl::StrCat("rank ", job.rank(), " got signal ", sig));
       asked = true;
     }
@@ -53,7 +53,6 @@ void WaitForStop(JobControl& job, const std::string& prefix) {
 }  // namespace
 
 int RunWorkerRank(JobControl& job, FrameLink& link, const WorkerRankSettings& s) {
-  const std::string prefix = absl::StrCat("layerpipe-mpi[rank ", job.rank(), "]");
   WorkerOptions options;
   options.listen_address = s.listen;
   options.default_model_dir = s.model;
@@ -104,7 +103,7 @@ int RunWorkerRank(JobControl& job, FrameLink& link, const WorkerRankSettings& s)
   StartupReport report = ParseStartup(all);
   if (!report.failures.empty()) {
     // Rank 0 says which ranks failed and why; this rank only notes its own part.
-    if (!failure.empty()) std::fprintf(stderr, "%s: cannot start the worker: %s\n", prefix.c_str(), failure.c_str());
+    if (!failure.empty()) LP_LOG(ERROR) << "cannot start the worker: " << failure;
     if (server) server->Shutdown();
     job.Barrier();
     return 1;
@@ -117,11 +116,11 @@ int RunWorkerRank(JobControl& job, FrameLink& link, const WorkerRankSettings& s)
   }
   {
     std::lock_guard<std::mutex> lock(hops->mu);
-    hops->factory = MpiNextHopFactory(&link, rank_of_address, prefix);
+    hops->factory = MpiNextHopFactory(&link, rank_of_address, /*log_prefix=*/"");  // the log names the rank
   }
   job.Barrier();  // rank 0 assigns only after this: every worker knows the ranks by then
-  std::fprintf(stderr, "%s: worker serving on %s (device %s)\n", prefix.c_str(),
-               report.worker_addresses[job.rank() - 1].c_str(), device.ToString().c_str());
+  LP_LOG(INFO) << "worker serving on " << report.worker_addresses[job.rank() - 1] << " (device "
+               << device.ToString() << ")";
 
   WorkerService& service = server->service();
   std::atomic<bool> served{false};
@@ -130,7 +129,7 @@ int RunWorkerRank(JobControl& job, FrameLink& link, const WorkerRankSettings& s)
     served = true;
   });
 
-  WaitForStop(job, prefix);
+  WaitForStop(job);
   // The outbox stops first, then the others learn that no more frames come from here; the receiver
   // keeps answering (UNAVAILABLE once the service has stopped) until every other worker has said so.
   // From here until every receiver is done (the barrier), verdicts sent to this rank are taken as
@@ -144,8 +143,8 @@ int RunWorkerRank(JobControl& job, FrameLink& link, const WorkerRankSettings& s)
   receiver.join();
   job.Barrier([&] { link.TakeStrayVerdicts(); });
   link.Finish();
-  std::fprintf(stderr, "%s: stopped; frames over mpi: %lld sent, %lld received\n", prefix.c_str(),
-               static_cast<long long>(link.frames_sent()), static_cast<long long>(link.frames_received()));
+  LP_LOG(INFO) << "stopped; frames over mpi: " << link.frames_sent() << " sent, " << link.frames_received()
+               << " received";
   return 0;
 }
 

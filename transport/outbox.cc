@@ -1,9 +1,9 @@
 #include "transport/outbox.h"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 
 namespace layerpipe {
 namespace {
@@ -148,8 +148,7 @@ void Outbox::Send(Item& item) {
     item.result = std::move(failure);
   }
   if (!item.sink) {
-    std::fprintf(stderr, "layerpipe-worker: no coordinator to report step %llu to: %s\n",
-                 static_cast<unsigned long long>(item.result.step_id()), item.result.error().c_str());
+    LP_LOG(WARNING) << "no coordinator to report step " << item.result.step_id() << " to: " << item.result.error();
     return;
   }
   internal::v1::StepAck ack;
@@ -157,8 +156,8 @@ void Outbox::Send(Item& item) {
     return item.sink->StepDone(ctx, item.result, &ack);
   });
   if (!st.ok() && Current(item.epoch)) {
-    std::fprintf(stderr, "layerpipe-worker: could not report step %llu to the coordinator: %s\n",
-                 static_cast<unsigned long long>(item.result.step_id()), st.error_message().c_str());
+    LP_LOG(WARNING) << "could not report step " << item.result.step_id() << " to the coordinator: "
+                    << st.error_message();
   }
 }
 

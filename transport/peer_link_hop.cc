@@ -1,9 +1,9 @@
 #include "transport/peer_link_hop.h"
 
-#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 
 namespace layerpipe {
 
@@ -35,8 +35,8 @@ grpc::Status PeerLinkHop::Send(grpc::ClientContext* ctx, const internal::v1::Ste
 grpc::Status PeerLinkHop::Negotiate(grpc::ClientContext* ctx) {
   auto id = backend_->NewPeerLinkId();
   if (!id.ok()) {
-    std::fprintf(stderr, "layerpipe-worker: stage %d sends activations over %s: %s\n", options_.stage,
-                 inner_->transport().c_str(), std::string(id.status().message()).c_str());
+    LP_LOG(WARNING) << "stage " << options_.stage << " sends activations over " << inner_->transport() << ": "
+                    << id.status().message();
     std::lock_guard<std::mutex> lock(mu_);
     state_ = State::kDeclined;
     return grpc::Status::OK;
@@ -61,8 +61,8 @@ grpc::Status PeerLinkHop::Negotiate(grpc::ClientContext* ctx) {
   if (!reply.accepted()) {
     std::lock_guard<std::mutex> lock(mu_);
     state_ = State::kDeclined;
-    std::fprintf(stderr, "layerpipe-worker: stage %d sends activations over %s: %s\n", options_.stage,
-                 inner_->transport().c_str(), reply.reason().c_str());
+    LP_LOG(INFO) << "stage " << options_.stage << " sends activations over " << inner_->transport() << ": "
+                 << reply.reason();
     return grpc::Status::OK;
   }
   // The next stage joins in the background; this returns once both ends are in.
@@ -76,8 +76,8 @@ grpc::Status PeerLinkHop::Negotiate(grpc::ClientContext* ctx) {
   std::lock_guard<std::mutex> lock(mu_);
   link_ = std::move(*link);
   state_ = State::kLinked;
-  std::fprintf(stderr, "layerpipe-worker: stage %d sends activations to stage %d over %s\n", options_.stage,
-               options_.stage + 1, link_->transport().c_str());
+  LP_LOG(INFO) << "stage " << options_.stage << " sends activations to stage " << options_.stage + 1 << " over "
+               << link_->transport();
   return grpc::Status::OK;
 }
 

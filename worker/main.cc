@@ -1,7 +1,8 @@
 // layerpipe-worker --listen ADDR [--model DIR] [--device cpu|cuda[:N]] [--threads N] [--kv-budget SIZE]
 //
 // Serves one stage of the pipeline: the coordinator assigns it a layer range over gRPC. Prints
-// "layerpipe-worker listening on HOST:PORT" once serving; exits 0 on SIGTERM or SIGINT.
+// "layerpipe-worker listening on HOST:PORT" on stdout once serving (everything else goes to the log on
+// stderr); exits 0 on SIGTERM or SIGINT. --help lists the flags, --version says which build this is.
 #include <signal.h>
 
 #include <cstdio>
@@ -9,11 +10,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "backend/backend_factory.h"
-#include "common/dash_flags.h"
+#include "common/log.h"
 #include "common/metrics_http.h"
+#include "common/server_flags.h"
 #include "common/tls.h"
 #include "worker/byte_size.h"
 #include "worker/worker_server.h"
@@ -36,33 +36,31 @@ ABSL_FLAG(std::string, tls_ca, "",
 
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  layerpipe::ParseServerFlags(
+      std::vector<std::string>(argv, argv + argc), "layerpipe-worker",
       "layerpipe-worker --listen ADDR [--model DIR] [--device cpu|cuda[:N]] [--threads N] [--kv-budget SIZE]");
-  std::vector<std::string> args = layerpipe::DashesToUnderscores(argc, argv);
-  std::vector<char*> arg_ptrs = layerpipe::ArgPointers(args);
-  absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
 
   layerpipe::WorkerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   if (options.listen_address.empty()) {
-    std::fprintf(stderr, "layerpipe-worker: --listen ADDR is required\n");
+    LP_LOG(ERROR) << "--listen ADDR is required";
     return 2;
   }
   options.default_model_dir = absl::GetFlag(FLAGS_model);
   options.threads = absl::GetFlag(FLAGS_threads);
   if (options.threads < 0) {
-    std::fprintf(stderr, "layerpipe-worker: --threads must be >= 0\n");
+    LP_LOG(ERROR) << "--threads must be >= 0";
     return 2;
   }
   // Checked before serving: a worker that cannot run its layers should not join a pipeline.
   auto device = layerpipe::ParseDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) {
-    std::fprintf(stderr, "layerpipe-worker: --device: %s\n", std::string(device.status().message()).c_str());
+    LP_LOG(ERROR) << "--device: " << device.status().message();
     return 2;
   }
   auto maker = layerpipe::BackendMakerFor(*device);
   if (!maker.ok()) {
-    std::fprintf(stderr, "layerpipe-worker: --device: %s\n", std::string(maker.status().message()).c_str());
+    LP_LOG(ERROR) << "--device: " << maker.status().message();
     return 2;
   }
   options.make_backend = std::move(*maker);
@@ -70,7 +68,7 @@ int main(int argc, char** argv) {
   if (!budget.empty()) {
     auto bytes = layerpipe::ParseByteSize(budget);
     if (!bytes.ok()) {
-      std::fprintf(stderr, "layerpipe-worker: --kv-budget: %s\n", std::string(bytes.status().message()).c_str());
+      LP_LOG(ERROR) << "--kv-budget: " << bytes.status().message();
       return 2;
     }
     options.kv_budget_bytes = *bytes;
@@ -80,8 +78,7 @@ int main(int argc, char** argv) {
   if (!tls.cert.empty() || !tls.key.empty() || !tls.ca.empty()) {
     auto creds = layerpipe::LoadMutualTls(tls);
     if (!creds.ok()) {
-      std::fprintf(stderr, "layerpipe-worker: --tls-cert/--tls-key/--tls-ca: %s\n",
-                   std::string(creds.status().message()).c_str());
+      LP_LOG(ERROR) << "--tls-cert/--tls-key/--tls-ca: " << creds.status().message();
       return 2;
     }
     options.server_credentials = creds->server;
@@ -97,15 +94,15 @@ int main(int argc, char** argv) {
 
   auto server = layerpipe::WorkerServer::Start(options);
   if (!server.ok()) {
-    std::fprintf(stderr, "layerpipe-worker: %s\n", std::string(server.status().message()).c_str());
+    LP_LOG(ERROR) << server.status().message();
     return 1;
   }
-  auto metrics = layerpipe::ServeMetricsIfAsked(absl::GetFlag(FLAGS_metrics_listen), &(*server)->metrics(),
-                                                "layerpipe-worker");
+  auto metrics = layerpipe::ServeMetricsIfAsked(absl::GetFlag(FLAGS_metrics_listen), &(*server)->metrics());
   if (!metrics.ok()) {
-    std::fprintf(stderr, "layerpipe-worker: --metrics-listen: %s\n", std::string(metrics.status().message()).c_str());
+    LP_LOG(ERROR) << "--metrics-listen: " << metrics.status().message();
     return 2;
   }
+  // stdout, not the log: tools read the address from this line (common/child_process.cc, tests/).
   std::printf("layerpipe-worker listening on %s\n", (*server)->address().c_str());
   std::fflush(stdout);
 
@@ -114,8 +111,8 @@ int main(int argc, char** argv) {
   // Drain: the sequences this stage holds finish first; whatever is left at the deadline is replayed
   // by the coordinator on the stage's replacement.
   const absl::Duration drain = absl::GetFlag(FLAGS_drain_timeout);
-  std::fprintf(stderr, "layerpipe-worker: signal %d, draining (up to %s)\n", sig, absl::FormatDuration(drain).c_str());
-  if (!(*server)->Drain(drain)) std::fprintf(stderr, "layerpipe-worker: drain timed out; sequences will be replayed\n");
+  LP_LOG(INFO) << "signal " << sig << ", draining (up to " << absl::FormatDuration(drain) << ")";
+  if (!(*server)->Drain(drain)) LP_LOG(WARNING) << "drain timed out; sequences will be replayed";
   (*server)->Shutdown();
   (*server)->Wait();
   return 0;

@@ -13,7 +13,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 #include "nlohmann/json.hpp"
 
 namespace layerpipe {
@@ -180,15 +182,23 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   } else {
     shard_names.push_back("model.safetensors");
   }
-  for (const std::string& shard : shard_names) {
+  for (size_t i = 0; i < shard_names.size(); ++i) {
+    const std::string& shard = shard_names[i];
     auto f = SafetensorsFile::Open(dir + "/" + shard);
     if (!f.ok()) return f.status();
+    size_t tensors = 0, wanted_bytes = 0, all_bytes = 0;
     for (const auto& [name, info] : (*f)->tensors()) {
+      all_bytes += info.nbytes;
       if (!wanted(name)) continue;
       auto it = index_map.find(name);
       if (!index_map.empty() && (it == index_map.end() || it->second != shard)) continue;
       ckpt->by_name_.emplace(name, &info);
+      ++tensors;
+      wanted_bytes += info.nbytes;
     }
+    // One line per shard, so that the load of a large checkpoint can be followed.
+    LP_LOG(INFO) << absl::StrFormat("mapped %s (shard %zu of %zu): %zu tensors, %.2f of its %.2f GB", shard, i + 1,
+                                    shard_names.size(), tensors, wanted_bytes / 1e9, all_bytes / 1e9);
     ckpt->files_.push_back(std::move(*f));
   }
   for (const auto& [name, shard] : index_map) {

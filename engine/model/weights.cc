@@ -2,12 +2,15 @@
 
 #include <immintrin.h>
 
+#include <chrono>
 #include <cstring>
 #include <set>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 #include "engine/model/bf16.h"
 
 namespace layerpipe {
@@ -116,6 +119,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     return absl::InvalidArgumentError(absl::StrCat("layer range [", sel.layer_begin, ", ", sel.layer_end,
                                                    ") is outside the model's ", config.num_layers, " layers"));
   }
+  const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> needed = NeededNames(config, sel);
   std::set<std::string, std::less<>> needed_set(needed.begin(), needed.end());
   auto wanted = [&](std::string_view name) {
@@ -168,6 +172,23 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     if (st = ld.Vector(n("layer_scalar"), 1, &scalar); !st.ok()) return st;
     L.layer_scalar = scalar[0];
   }
+  // What the selection holds, and how long mapping and checking it (and converting what is not bf16)
+  // took. bf16 tensors stay in the mapping: their pages come from disk when the backend first reads them.
+  size_t bytes = 0;
+  for (const std::string& name : needed) {
+    if (const TensorInfo* t = (*ckpt)->Find(prefix + name)) bytes += t->nbytes;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int layers = sel.layer_end - sel.layer_begin;
+  std::string what = layers > 1    ? absl::StrCat("layers ", sel.layer_begin, "-", sel.layer_end - 1)
+                     : layers == 1 ? absl::StrCat("layer ", sel.layer_begin)
+                                   : std::string("no layers");
+  if (sel.embedding) what += " + embedding";
+  if (sel.head) what += " + head";
+  std::string converted;
+  if (!w->converted_.empty()) converted = absl::StrCat("; ", w->converted_.size(), " matrices converted to bf16");
+  LP_LOG(INFO) << absl::StrFormat("loaded %.2f GB of %s in %.2f s (%.2f GB/s%s)", bytes / 1e9, what, seconds,
+                                  seconds > 0 ? bytes / 1e9 / seconds : 0.0, converted);
   w->ckpt_ = std::move(*ckpt);
   return w;
 }

@@ -2,3 +2,6 @@
 if(TARGET log_test)
   target_link_libraries(log_test PRIVATE layerpipe_log)
 endif()
+if(TARGET child_process_test)
+  target_link_libraries(child_process_test PRIVATE layerpipe_common)
+endif()

@@ -84,8 +84,14 @@ def mpirun(bindir, np, model, extra=(), client=()):
             (["--"] + list(client) if client else []))
 
 
+def rank_log(rank):
+    """A regex for the start of a log line's message from `rank` (common/log.h: the program is named
+    layerpipe-mpi[rank N])."""
+    return rf"layerpipe-mpi\[rank {rank}\]\] "
+
+
 def frames_over_mpi(stderr, rank):
-    m = re.search(rf"\[rank {rank}\]: stopped; frames over mpi: (\d+) sent, (\d+) received", stderr)
+    m = re.search(rf"{rank_log(rank)}stopped; frames over mpi: (\d+) sent, (\d+) received", stderr)
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
@@ -109,7 +115,7 @@ def client_command_job(bindir, model, expected):
     got = last_ids_line(p.stdout)
     check(p.returncode == 0, f"mpirun -np 3 layerpipe-mpi -- generate exits 0 (status {p.returncode}, {took:.1f}s)")
     check(got == expected, f"its ids {got} equal the single-process engine's {expected}")
-    check(re.search(r"\[rank 1\]: stage 0 hands frames to \S+ over mpi \(rank 2\)", p.stderr) is not None,
+    check(re.search(rf"{rank_log(1)}stage 0 hands frames to \S+ over mpi \(rank 2\)", p.stderr) is not None,
           "rank 1 (stage 0) chose the MPI hop to rank 2")
     sent, recv = frames_over_mpi(p.stderr, 1), frames_over_mpi(p.stderr, 2)
     check(sent is not None and recv is not None and sent[0] > 0 and sent[0] == recv[1],
@@ -161,7 +167,8 @@ def serving_job(src, bindir, model, expected):
         rc = p.wait(60)
         err = p.stderr_text()
         check(rc == 0, f"SIGTERM to worker rank 2 stops the whole job with status 0 ({rc})")
-        check("[rank 0]: stopping the job: rank 2 got signal 15" in err, "rank 0 stopped it at rank 2's request")
+        check(re.search(rf"{rank_log(0)}stopping the job: rank 2 got signal 15", err) is not None,
+              "rank 0 stopped it at rank 2's request")
         addresses = re.search(r"workers in rank order: (\S+)", err)
         check(addresses is not None, "rank 0 lists the workers")
         left = wait_gone(model, 10)

@@ -16,3 +16,9 @@ if(TARGET layerpipe-mpi)
                    --work ${CMAKE_BINARY_DIR}/test_data/launch_mpi)
   set_tests_properties(launch_layerpipe_mpi PROPERTIES TIMEOUT 180)
 endif()
+
+# --help (every flag, exit 0) and --version (the project's version and commit) of the servers and the CLI.
+add_test(NAME help_and_version
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/launch/help_version_test.py
+                 --src ${PROJECT_SOURCE_DIR} --bin ${CMAKE_BINARY_DIR}/bin)
+set_tests_properties(help_and_version PROPERTIES TIMEOUT 60)

@@ -1,7 +1,8 @@
 #include "transport/mpi/mpi_next_hop.h"
 
-#include <cstdio>
 #include <memory>
+
+#include "common/log.h"
 
 namespace layerpipe {
 
@@ -15,12 +16,12 @@ NextHopFactory MpiNextHopFactory(FrameLink* link, std::map<std::string, int> ran
           prefix = std::move(log_prefix)](const internal::v1::AssignRequest& r) -> absl::StatusOr<std::shared_ptr<NextHop>> {
     auto it = ranks.find(r.next_address());
     if (it == ranks.end() || it->second == link->rank()) {
-      std::fprintf(stderr, "%s: stage %d hands frames to %s over grpc\n", prefix.c_str(), r.stage(),
-                   r.next_address().c_str());
+      LP_LOG(INFO) << prefix << (prefix.empty() ? "" : ": ") << "stage " << r.stage() << " hands frames to "
+                   << r.next_address() << " over grpc";
       return std::shared_ptr<NextHop>();
     }
-    std::fprintf(stderr, "%s: stage %d hands frames to %s over mpi (rank %d)\n", prefix.c_str(), r.stage(),
-                 r.next_address().c_str(), it->second);
+    LP_LOG(INFO) << prefix << (prefix.empty() ? "" : ": ") << "stage " << r.stage() << " hands frames to "
+                 << r.next_address() << " over mpi (rank " << it->second << ")";
     return std::shared_ptr<NextHop>(std::make_shared<MpiNextHop>(link, it->second));
   };
 }
