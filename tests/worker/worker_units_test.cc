@@ -1,5 +1,4 @@
-// The worker's building blocks on their own: sizes, the hidden wire format, frame checks, step
-// ordering, KV budgeting and log-probabilities.
+// The worker's building blocks on their own: sizes, frame checks, step ordering, host names.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,9 +13,6 @@
 #include "tests/engine/test_util.h"
 #include "worker/byte_size.h"
 #include "worker/frame_check.h"
-#include "transport/hidden_codec.h"
-#include "engine/model/kv_bytes.h"
-#include "engine/sampling/logprobs.h"
 #include "worker/step_sequencer.h"
 #include "common/host_name.h"
 
@@ -48,41 +44,6 @@ TEST(ByteSize, DefaultBudgetIsHalfOfMemory) {
   const int64_t budget = DefaultKvBudgetBytes();
   EXPECT_GT(budget, int64_t{64} << 20);
   EXPECT_EQ(budget, static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / 2);
-}
-
-TEST(HiddenCodec, Fp32RoundTripsExactly) {
-  std::vector<float> h = {1.0f, -2.5f, 3.14159f, 1e-30f, -0.0f, 65504.0f};
-  std::string wire;
-  EncodeHidden(h.data(), 2, 3, internal::v1::HIDDEN_F32, &wire);
-  EXPECT_EQ(wire.size(), 24u);
-  auto back = DecodeHidden(internal::v1::HIDDEN_F32, wire, 2, 3);
-  ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(std::memcmp(back->data(), h.data(), 24), 0);
-}
-
-TEST(HiddenCodec, Bf16RoundsToNearestEven) {
-  std::mt19937 rng(3);
-  std::normal_distribution<float> dist(0.0f, 4.0f);
-  std::vector<float> h(2 * 37);
-  for (float& v : h) v = dist(rng);
-  std::string wire;
-  EncodeHidden(h.data(), 2, 37, internal::v1::HIDDEN_BF16, &wire);
-  EXPECT_EQ(wire.size(), h.size() * 2);
-  auto back = DecodeHidden(internal::v1::HIDDEN_BF16, wire, 2, 37);
-  ASSERT_TRUE(back.ok()) << back.status();
-  for (size_t i = 0; i < h.size(); ++i) EXPECT_EQ((*back)[i], RoundToBf16(h[i])) << i;
-}
-
-TEST(HiddenCodec, RejectsWrongSizesAndUnknownDtypes) {
-  std::string wire(4 * 6, '\0');
-  auto r = DecodeHidden(internal::v1::HIDDEN_F32, wire, 2, 4);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("24 bytes"), absl::string_view::npos) << r.status();
-  EXPECT_FALSE(DecodeHidden(internal::v1::HIDDEN_BF16, wire, 2, 3).ok());  // 12 bytes expected
-  EXPECT_TRUE(DecodeHidden(internal::v1::HIDDEN_BF16, wire, 4, 3).ok());
-  EXPECT_FALSE(DecodeHidden(static_cast<internal::v1::HiddenDType>(7), wire, 2, 3).ok());
-  EXPECT_TRUE(DecodeHidden(internal::v1::HIDDEN_F32, "", 0, 3).ok());
 }
 
 internal::v1::StepFrame OneSlice(std::vector<int32_t> ids, int64_t pos0 = 0) {
@@ -202,65 +163,6 @@ TEST(StepSequencer, ReleasesStepsInOrderWhateverTheArrivalOrder) {
   seq.Reset();
   EXPECT_EQ(seq.next_step_id(), 1u);
   EXPECT_TRUE(seq.Check(1).ok());
-}
-
-TEST(KvBytes, PredictsWhatTheCachesAllocate) {
-  const std::string dir = testing_util::MakeCheckpoint("kvbytes", testing_util::SmallModel());
-  auto config = LoadModelConfig(dir);
-  ASSERT_TRUE(config.ok()) << config.status();
-  ThreadPool pool(1);
-  for (Precision p : {Precision::kBf16, Precision::kFp32}) {
-    for (auto [begin, end] : {std::pair{0, 2}, std::pair{2, 3}, std::pair{1, 5}}) {
-      auto w = ModelWeights::Load(dir, *config, WeightSelection{begin, end, begin == 0, false});
-      ASSERT_TRUE(w.ok()) << w.status();
-      CpuBackend ex(**w, p, pool);
-      auto kv = ex.NewSequence();
-      EXPECT_EQ(KvBytesAtLength(*config, begin, end, p, 0), 0);
-      int64_t length = 0;
-      for (int64_t n : {1, 5, 250, 1, 300}) {
-        std::vector<float> hidden(n * config->hidden_size, 0.01f);
-        SequenceSlice slice{kv.get(), n};
-        ASSERT_TRUE(ex.Forward({&slice, 1}, hidden.data()).ok());
-        length += n;
-        EXPECT_EQ(static_cast<int64_t>(kv->bytes()), KvBytesAtLength(*config, begin, end, p, length))
-            << "layers [" << begin << "," << end << ") length " << length;
-      }
-    }
-  }
-}
-
-TEST(Logprobs, LogSumExpAndTopMatchADirectComputation) {
-  const std::vector<float> row = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f, -std::numeric_limits<float>::infinity(),
-                                  std::numeric_limits<float>::quiet_NaN()};
-  double sum = 0;
-  for (float v : {1.0f, 3.0f, -2.0f, 3.0f, 0.5f}) sum += std::exp(double(v));
-  const double lse = LogSumExp(row);
-  EXPECT_NEAR(lse, std::log(sum), 1e-12);
-  const auto top = TopLogprobs(row, 3, lse);
-  ASSERT_EQ(top.size(), 3u);
-  EXPECT_EQ(top[0].id, 1);  // tie with id 3: the lower id first
-  EXPECT_EQ(top[1].id, 3);
-  EXPECT_EQ(top[2].id, 0);
-  EXPECT_NEAR(top[0].logprob, 3.0 - std::log(sum), 1e-6);
-  EXPECT_NEAR(top[2].logprob, 1.0 - std::log(sum), 1e-6);
-  EXPECT_TRUE(TopLogprobs(row, 0, lse).empty());
-  EXPECT_EQ(TopLogprobs(row, 50, lse).size(), row.size());
-}
-
-TEST(Logprobs, TopKOverALargeRowEqualsAFullSort) {
-  std::mt19937 rng(11);
-  std::uniform_int_distribution<int> dist(-50, 50);  // many ties
-  std::vector<float> row(5000);
-  for (float& v : row) v = dist(rng) * 0.25f;
-  std::vector<int32_t> order(row.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
-  const auto top = TopLogprobs(row, 20, 0.0);
-  ASSERT_EQ(top.size(), 20u);
-  for (int i = 0; i < 20; ++i) {
-    EXPECT_EQ(top[i].id, order[i]) << i;
-    EXPECT_EQ(top[i].logprob, row[order[i]]);
-  }
 }
 
 TEST(HostOf, KeepsTheHostPart) {
