@@ -74,8 +74,12 @@ TEST(HeadTest, GreedyGoesThroughASummaryAndPicksWhatTheWholeRowWould) {
   }
 }
 
-TEST(HeadTest, PlainTemperatureOnTheHostNeedsTheWholeRowAndDrawsTheSameToken) {
+// Plain temperature: on the host only the whole row serves it; a device summary does, with the same draw.
+class HeadTemperatureTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(HeadTemperatureTest, DrawsWhatTheWholeRowWould) {
   FakeHead head;
+  head.on_device = GetParam();
   SamplingParams hot;
   hot.temperature = 0.8f;
   hot.seed = 11;
@@ -84,26 +88,13 @@ TEST(HeadTest, PlainTemperatureOnTheHostNeedsTheWholeRowAndDrawsTheSameToken) {
   const SampleRow row{&sampler, {}, hidden.data()};
   std::vector<SampledToken> out;
   ASSERT_TRUE(SampleRows(head.Ops(), kHidden, kVocab, {&row, 1}, 8, &out).ok());
-  EXPECT_EQ(head.summarized_rows, 0);
-  EXPECT_EQ(head.whole_rows, 1);
+  EXPECT_EQ(head.summarized_rows, GetParam() ? 1 : 0);
+  EXPECT_EQ(head.whole_rows, GetParam() ? 0 : 1);
   EXPECT_EQ(out[0].token, Reference(hot, hidden, 0).token);
 }
 
-TEST(HeadTest, ADeviceSummaryServesPlainTemperatureWithTheSameDraw) {
-  FakeHead head;
-  head.on_device = true;
-  SamplingParams hot;
-  hot.temperature = 0.8f;
-  hot.seed = 11;
-  const std::vector<float> hidden = Hidden(0.9f);
-  Sampler sampler(hot, kVocab);
-  const SampleRow row{&sampler, {}, hidden.data()};
-  std::vector<SampledToken> out;
-  ASSERT_TRUE(SampleRows(head.Ops(), kHidden, kVocab, {&row, 1}, 8, &out).ok());
-  EXPECT_EQ(head.summarized_rows, 1);
-  EXPECT_EQ(head.whole_rows, 0);
-  EXPECT_EQ(out[0].token, Reference(hot, hidden, 0).token);
-}
+INSTANTIATE_TEST_SUITE_P(HostAndDevice, HeadTemperatureTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "OnDevice" : "OnHost"; });
 
 TEST(HeadTest, ANucleusWiderThanTheSummaryFallsBackToTheWholeRow) {
   FakeHead head;
