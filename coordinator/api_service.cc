@@ -1,6 +1,8 @@
 #include "coordinator/api_service.h"
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,6 +20,24 @@ constexpr int64_t kMaxLogitsBytes = int64_t{256} << 20;
 constexpr int kMaxTopLogprobs = 20;
 
 grpc::Status Invalid(const std::string& msg) { return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg); }
+
+// Input bytes one token can stand for at most: its spelling's length (byte-fallback tokens stand for one).
+int64_t MaxTokenBytes(const Tokenizer* tokenizer) {
+  if (tokenizer == nullptr) return 1;
+  int64_t longest = 1;
+  for (int32_t id = 0; id < tokenizer->vocab_size(); ++id) {
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(tokenizer->IdToToken(id).size()));
+  }
+  return longest;
+}
+
+// Job ids are 128 random bits: holding one is the only way to name a job, so they cannot be guessed
+// or enumerated.
+std::string NewJobId() {
+  std::random_device rd;
+  uint64_t hi = (uint64_t{rd()} << 32) | rd(), lo = (uint64_t{rd()} << 32) | rd();
+  return absl::StrFormat("job-%016x%016x", hi, lo);
+}
 
 double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
@@ -52,9 +72,29 @@ LayerPipeService::LayerPipeService(const ModelConfig& config, const Tokenizer* t
                                    std::shared_ptr<ClientGate> gate)
     : config_(config),
       tokenizer_(tokenizer),
+      max_token_bytes_(MaxTokenBytes(tokenizer)),
       default_stop_ids_(std::move(default_stop_ids)),
       pipeline_(pipeline),
       gate_(std::move(gate)) {}
+
+absl::Status LayerPipeService::CheckTextLength(size_t bytes, const char* what) const {
+  // No token stands for more input bytes than its spelling has, so a longer text cannot fit the
+  // context whatever it says: refused before the tokenizer spends time (and memory) on it.
+  const int64_t at_least = static_cast<int64_t>(bytes) / std::max<int64_t>(max_token_bytes_, 1);
+  if (at_least > config_.max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrCat("the ", what, " of ", bytes, " bytes is at least ", at_least,
+                                              " tokens, beyond the model's context of ",
+                                              config_.max_position_embeddings));
+  }
+  return absl::OkStatus();
+}
+
+int64_t LayerPipeService::MaxRequestBytes() const {
+  // The longest text that may fit, or ids for the whole context (5 bytes each at most), and room for
+  // the other fields (stop strings, sampling).
+  const int64_t context = config_.max_position_embeddings;
+  return std::max<int64_t>(context * std::max<int64_t>(max_token_bytes_, 1), context * 5) + (int64_t{1} << 20);
+}
 
 absl::StatusOr<ClientGate::Pass> LayerPipeService::Admit(const grpc::ServerContext& ctx) {
   if (!gate_) return ClientGate::Pass();
@@ -80,6 +120,7 @@ absl::StatusOr<std::shared_ptr<Request>> LayerPipeService::BuildGenerate(const v
     case v1::GenerateRequest::kPrompt:
       if (tokenizer_ == nullptr) return absl::FailedPreconditionError("the coordinator has no tokenizer; send ids");
       if (req.prompt().empty()) return absl::InvalidArgumentError("the prompt is empty");
+      if (auto st = CheckTextLength(req.prompt().size() + req.system().size(), "prompt"); !st.ok()) return st;
       r->prompt = req.chat() ? BuildChatPrompt(*tokenizer_, req.prompt(), req.system())
                              : tokenizer_->Encode(req.prompt(), /*add_bos=*/true);
       break;
@@ -186,6 +227,7 @@ grpc::Status LayerPipeService::Score(grpc::ServerContext* ctx, const v1::ScoreRe
   if (req->input_case() == v1::ScoreRequest::kText) {
     if (tokenizer_ == nullptr) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "no tokenizer; send ids");
     if (req->text().empty()) return Invalid("the text is empty");
+    if (auto st = CheckTextLength(req->text().size(), "text"); !st.ok()) return ToGrpc(st);
     r->prompt = tokenizer_->Encode(req->text(), /*add_bos=*/true);
   } else if (req->input_case() == v1::ScoreRequest::kIds) {
     auto ids = CheckIds(req->ids().ids());
@@ -235,7 +277,8 @@ grpc::Status LayerPipeService::SubmitJob(grpc::ServerContext* ctx, const v1::Sub
   if (!pass.ok()) return ToGrpc(pass.status());
   auto r = BuildGenerate(req->request());
   if (!r.ok()) return ToGrpc(r.status());
-  (*r)->job_id = absl::StrFormat("job-%06d", (*r)->id);
+  (*r)->job_id = NewJobId();
+  (*r)->owner = OwnerOf(*pass);
   if (auto st = pipeline_->Submit(*r); !st.ok()) return ToGrpc(st);
   {
     std::lock_guard<std::mutex> lock(jobs_mu_);
@@ -245,10 +288,19 @@ grpc::Status LayerPipeService::SubmitJob(grpc::ServerContext* ctx, const v1::Sub
   return grpc::Status::OK;
 }
 
-std::shared_ptr<Request> LayerPipeService::FindJob(const std::string& id) {
+std::string LayerPipeService::OwnerOf(const ClientGate::Pass& pass) const {
+  return gate_ && gate_->authenticates() ? pass.client() : std::string();
+}
+
+bool LayerPipeService::MaySee(const Request& job, const ClientGate::Pass& pass) const {
+  return job.owner.empty() || job.owner == pass.client() || (gate_ && gate_->IsAdmin(pass.client()));
+}
+
+std::shared_ptr<Request> LayerPipeService::FindJob(const std::string& id, const ClientGate::Pass& pass) {
   std::lock_guard<std::mutex> lock(jobs_mu_);
   auto it = jobs_.find(id);
-  return it == jobs_.end() ? nullptr : it->second;
+  // Another client's job is as unknown as a job that never was: its id tells nothing.
+  return it == jobs_.end() || !MaySee(*it->second, pass) ? nullptr : it->second;
 }
 
 void LayerPipeService::FillJobInfo(const Request& r, bool with_tokens, v1::JobInfo* info) {
@@ -274,7 +326,7 @@ void LayerPipeService::FillJobInfo(const Request& r, bool with_tokens, v1::JobIn
 grpc::Status LayerPipeService::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::JobInfo* resp) {
   auto pass = Admit(*ctx);
   if (!pass.ok()) return ToGrpc(pass.status());
-  auto r = FindJob(req->job_id());
+  auto r = FindJob(req->job_id(), *pass);
   if (!r) return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown job id \"", req->job_id(), "\""));
   FillJobInfo(*r, true, resp);
   return grpc::Status::OK;
@@ -284,9 +336,23 @@ grpc::Status LayerPipeService::StreamJob(grpc::ServerContext* ctx, const v1::Str
                                          grpc::ServerWriter<v1::GenerateResponse>* writer) {
   auto pass = Admit(*ctx);
   if (!pass.ok()) return ToGrpc(pass.status());
-  auto r = FindJob(req->job_id());
+  auto r = FindJob(req->job_id(), *pass);
   if (!r) return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown job id \"", req->job_id(), "\""));
   if (req->offset() < 0) return Invalid("offset must be >= 0");
+  // An offset past what the job has (when done) or can ever have (while running) would wait for
+  // nothing: say so instead of holding the stream open.
+  int64_t have = 0;
+  bool done = false;
+  r->events.Read([&](const RequestView& v) {
+    have = static_cast<int64_t>(v.tokens.size());
+    done = v.done();
+  });
+  const int64_t limit = done ? have : r->max_new_tokens;
+  if (req->offset() > limit) {
+    return grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
+                        absl::StrCat("offset ", req->offset(), " is past the end of job \"", r->job_id, "\", which ",
+                                     done ? "ended with " : "can produce at most ", limit, " tokens"));
+  }
   // A job outlives its followers: a disconnect does not cancel it.
   return Stream(ctx, r, req->offset(), /*owner=*/false, writer);
 }
@@ -294,7 +360,7 @@ grpc::Status LayerPipeService::StreamJob(grpc::ServerContext* ctx, const v1::Str
 grpc::Status LayerPipeService::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req, v1::JobInfo* resp) {
   auto pass = Admit(*ctx);
   if (!pass.ok()) return ToGrpc(pass.status());
-  auto r = FindJob(req->job_id());
+  auto r = FindJob(req->job_id(), *pass);
   if (!r) return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown job id \"", req->job_id(), "\""));
   pipeline_->Cancel(r);
   FillJobInfo(*r, false, resp);
@@ -308,8 +374,12 @@ grpc::Status LayerPipeService::ListJobs(grpc::ServerContext* ctx, const v1::List
   std::vector<std::shared_ptr<Request>> jobs;
   {
     std::lock_guard<std::mutex> lock(jobs_mu_);
-    for (auto& [id, r] : jobs_) jobs.push_back(r);
+    for (auto& [id, r] : jobs_) {
+      if (MaySee(*r, *pass)) jobs.push_back(r);
+    }
   }
+  // In submission order (the ids themselves are random).
+  std::sort(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
   for (auto& r : jobs) FillJobInfo(*r, false, resp->add_jobs());
   return grpc::Status::OK;
 }
@@ -319,6 +389,7 @@ grpc::Status LayerPipeService::Tokenize(grpc::ServerContext* ctx, const v1::Toke
   auto pass = Admit(*ctx);
   if (!pass.ok()) return ToGrpc(pass.status());
   if (tokenizer_ == nullptr) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the coordinator has no tokenizer");
+  if (auto st = CheckTextLength(req->text().size(), "text"); !st.ok()) return ToGrpc(st);
   const std::vector<int32_t> ids =
       req->chat() ? BuildChatPrompt(*tokenizer_, req->text()) : tokenizer_->Encode(req->text(), req->add_bos());
   *resp->mutable_ids() = {ids.begin(), ids.end()};
@@ -331,8 +402,10 @@ grpc::Status LayerPipeService::Detokenize(grpc::ServerContext* ctx, const v1::De
   if (!pass.ok()) return ToGrpc(pass.status());
   if (tokenizer_ == nullptr) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the coordinator has no tokenizer");
   for (int i = 0; i < req->ids_size(); ++i) {
-    if (req->ids(i) < 0 || req->ids(i) >= tokenizer_->vocab_size()) {
-      return Invalid(absl::StrCat("token id ", req->ids(i), " at index ", i, " is outside the vocabulary"));
+    // The model's vocabulary, as Generate and Score check it (the tokenizer knows one id more).
+    if (req->ids(i) < 0 || req->ids(i) >= config_.vocab_size) {
+      return Invalid(absl::StrCat("token id ", req->ids(i), " at index ", i, " is outside the vocabulary [0, ",
+                                  config_.vocab_size, ")"));
     }
   }
   resp->set_text(tokenizer_->Decode({req->ids().data(), static_cast<size_t>(req->ids_size())},

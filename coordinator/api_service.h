@@ -25,6 +25,10 @@ class LayerPipeService final : public v1::LayerPipe::Service {
   LayerPipeService(const ModelConfig& config, const Tokenizer* tokenizer, std::vector<int32_t> default_stop_ids,
                    Pipeline* pipeline, std::shared_ptr<ClientGate> gate = nullptr);
 
+  // The largest request a client may need to send (a text or ids that fill the context); the client
+  // port refuses larger messages.
+  int64_t MaxRequestBytes() const;
+
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override;
   grpc::Status Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req, v1::ScoreResponse* resp) override;
@@ -50,11 +54,18 @@ class LayerPipeService final : public v1::LayerPipe::Service {
   // Streams tokens [offset, ...) of `r` until it ends; `owner` requests are cancelled on disconnect.
   grpc::Status Stream(grpc::ServerContext* ctx, const std::shared_ptr<Request>& r, int64_t offset, bool owner,
                       grpc::ServerWriter<v1::GenerateResponse>* writer);
-  std::shared_ptr<Request> FindJob(const std::string& id);
+  // The job, when the client of `pass` may see it (its own, or any for an admin); else null.
+  // OUT_OF_RANGE when a text of `bytes` cannot fit the context, checked before tokenizing it.
+  absl::Status CheckTextLength(size_t bytes, const char* what) const;
+  std::shared_ptr<Request> FindJob(const std::string& id, const ClientGate::Pass& pass);
+  bool MaySee(const Request& job, const ClientGate::Pass& pass) const;
+  // Who owns what `pass` submits: its token's name, or nobody when clients are not told apart.
+  std::string OwnerOf(const ClientGate::Pass& pass) const;
   static void FillJobInfo(const Request& r, bool with_tokens, v1::JobInfo* info);
 
   const ModelConfig config_;
   const Tokenizer* tokenizer_;
+  const int64_t max_token_bytes_;  // input bytes one token stands for at most
   const std::vector<int32_t> default_stop_ids_;
   Pipeline* pipeline_;
   const std::shared_ptr<ClientGate> gate_;

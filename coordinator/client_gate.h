@@ -9,6 +9,7 @@
 #define LAYERPIPE_COORDINATOR_CLIENT_GATE_H_
 
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -26,6 +27,7 @@ class ClientGate {
   struct Options {
     std::shared_ptr<AuthTokens> tokens;  // null: no authentication
     int max_concurrent_per_client = 0;   // 0: no limit
+    std::set<std::string> admins;         // token names that see every client's jobs
   };
 
   // Proof that an RPC was let in; the client's count drops when it is destroyed.
@@ -56,6 +58,10 @@ class ClientGate {
 
   // RPCs open for `client` now.
   int open(const std::string& client);
+
+  // Whether clients are told apart by token: then jobs belong to the client that submitted them.
+  bool authenticates() const { return options_.tokens != nullptr; }
+  bool IsAdmin(const std::string& client) const { return options_.admins.count(client) > 0; }
 
  private:
   void Release(const std::string& client);

@@ -1,6 +1,8 @@
 #include "coordinator/coordinator_security.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/tls.h"
 
 namespace layerpipe {
@@ -33,6 +35,9 @@ absl::StatusOr<CoordinatorSecurity> LoadCoordinatorSecurity(const CoordinatorSec
         "--auth-tokens needs --peer-listen: StepSink must not share the client port, where it would be "
         "open to anyone who can reach it");
   }
+  if (!f.admin_clients.empty() && f.auth_tokens.empty()) {
+    return absl::InvalidArgumentError("--admin-clients names tokens: it needs --auth-tokens");
+  }
   if (f.max_concurrent_per_client < 0) {
     return absl::InvalidArgumentError("--max-concurrent-per-client must be >= 0");
   }
@@ -64,6 +69,9 @@ absl::StatusOr<CoordinatorSecurity> LoadCoordinatorSecurity(const CoordinatorSec
     if (f.tls_cert.empty()) {
       s.warnings.push_back("--auth-tokens without --tls-cert: tokens cross the network in plaintext");
     }
+  }
+  for (absl::string_view name : absl::StrSplit(f.admin_clients, ',', absl::SkipWhitespace())) {
+    gate.admins.insert(std::string(absl::StripAsciiWhitespace(name)));
   }
   if (gate.tokens || gate.max_concurrent_per_client > 0) s.gate = std::make_shared<ClientGate>(std::move(gate));
   if (!f.tls_cert.empty() && peer_files == 0) {

@@ -28,6 +28,7 @@ struct CoordinatorSecurityFlags {
   std::string peer_listen;
   std::string auth_tokens;
   int max_concurrent_per_client = 0;
+  std::string admin_clients;  // comma-separated token names that see every client's jobs
 };
 
 struct CoordinatorSecurity {

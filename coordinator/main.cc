@@ -29,6 +29,8 @@ ABSL_FLAG(std::string, peer_ca, "", "CA that signs the workers' certificates (mu
 ABSL_FLAG(std::string, auth_tokens, "",
           "file of client tokens, one per line as TOKEN or NAME:TOKEN; every client RPC then needs "
           "\"authorization: Bearer TOKEN\"");
+ABSL_FLAG(std::string, admin_clients, "",
+          "token names (comma-separated) that see and cancel every client's jobs; others see only their own");
 ABSL_FLAG(int, max_concurrent_per_client, 0,
           "RPCs one client (token name, or IP address without tokens) may have open at once; 0: no limit");
 
@@ -51,5 +53,6 @@ int main(int argc, char** argv) {
   s.security.peer_listen = absl::GetFlag(FLAGS_peer_listen);
   s.security.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
   s.security.max_concurrent_per_client = absl::GetFlag(FLAGS_max_concurrent_per_client);
+  s.security.admin_clients = absl::GetFlag(FLAGS_admin_clients);
   return layerpipe::RunCoordinator(s);
 }

@@ -30,6 +30,7 @@ struct Request {
   uint64_t id = 0;
   RequestKind kind = RequestKind::kGenerate;
   std::string job_id;  // non-empty for jobs
+  std::string owner;   // the client (token name) a job belongs to; empty: anyone may see it
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   v1::SamplingParams sampling_proto;
@@ -51,6 +52,7 @@ struct Request {
   std::vector<float> score_logprobs;  // for kScore: log p(ids[i+1] | ...), in order
   std::vector<float> logits;          // for kScore with return_logits
   std::vector<int64_t> kv_reserved;   // bytes per stage, while admitted
+  int bypassed = 0;                   // later requests admitted while this one waited (KvAdmission)
   std::optional<Clock::time_point> admitted, first_token, last_token, finished;
 
   RequestEvents events;  // what clients see

@@ -5,6 +5,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -22,15 +23,18 @@
 namespace layerpipe {
 namespace {
 
-// A server on `listen` for `services`; *port is the port bound (0 when it could not listen). Messages
-// up to 512 MiB: full logits of a scored prompt can be large.
+// Largest message sent (full logits of a scored prompt) and taken by StepSink (a last stage's results).
+constexpr int kMaxResultBytes = 512 << 20;
+
+// A server on `listen` for `services`; *port is the port bound (0 when it could not listen).
 std::unique_ptr<grpc::Server> StartServer(const std::string& listen,
                                           const std::shared_ptr<grpc::ServerCredentials>& credentials,
-                                          const std::vector<grpc::Service*>& services, int* port) {
+                                          const std::vector<grpc::Service*>& services, int* port,
+                                          int64_t max_receive_bytes = kMaxResultBytes) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, credentials, port);
-  builder.SetMaxReceiveMessageSize(512 << 20);
-  builder.SetMaxSendMessageSize(512 << 20);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(max_receive_bytes, kMaxResultBytes)));
+  builder.SetMaxSendMessageSize(kMaxResultBytes);
   for (grpc::Service* s : services) builder.RegisterService(s);
   return builder.BuildAndStart();
 }
@@ -118,7 +122,9 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
   int port = 0;
   std::vector<grpc::Service*> api_services = {&api};
   if (!security->peer) api_services.push_back(&sink);  // else on its own port, below
-  std::unique_ptr<grpc::Server> server = StartServer(s.listen, security->api, api_services, &port);
+  // Clients' messages are bounded by what a request can need, unless StepSink's results share the port.
+  std::unique_ptr<grpc::Server> server =
+      StartServer(s.listen, security->api, api_services, &port, security->peer ? api.MaxRequestBytes() : kMaxResultBytes);
   if (!server || port == 0) return fail(absl::StrCat("cannot listen on ", s.listen));
   server->GetHealthCheckService()->SetServingStatus(false);
   const std::string host = ReachableHost(s.listen);

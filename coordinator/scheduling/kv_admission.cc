@@ -8,8 +8,9 @@
 
 namespace layerpipe {
 
-KvAdmission::KvAdmission(const ModelConfig& config, Precision precision, std::vector<Stage> stages)
-    : config_(config), precision_(precision), stages_(std::move(stages)) {}
+KvAdmission::KvAdmission(const ModelConfig& config, Precision precision, std::vector<Stage> stages,
+                         int max_bypass)
+    : config_(config), precision_(precision), max_bypass_(max_bypass), stages_(std::move(stages)) {}
 
 absl::StatusOr<std::vector<int64_t>> KvAdmission::Need(int64_t tokens) const {
   std::vector<int64_t> need(stages_.size());
@@ -47,12 +48,18 @@ bool KvAdmission::Fits(const std::vector<int64_t>& need) const {
 std::vector<std::shared_ptr<Request>> KvAdmission::AdmitWaiting() {
   std::vector<std::shared_ptr<Request>> admitted;
   if (paused()) return admitted;
+  std::vector<Request*> passed;  // waiting requests ahead of the current one that do not fit yet
   for (auto it = queue_.begin(); it != queue_.end();) {
-    if (!Fits((*it)->kv_reserved)) {
+    Request& r = **it;
+    if (!Fits(r.kv_reserved)) {
+      // One that was passed often enough holds everything behind it.
+      if (r.bypassed >= max_bypass_) break;
+      passed.push_back(&r);
       ++it;
       continue;
     }
-    for (size_t s = 0; s < stages_.size(); ++s) stages_[s].reserved += (*it)->kv_reserved[s];
+    for (Request* p : passed) ++p->bypassed;
+    for (size_t s = 0; s < stages_.size(); ++s) stages_[s].reserved += r.kv_reserved[s];
     admitted.push_back(std::move(*it));
     it = queue_.erase(it);
   }

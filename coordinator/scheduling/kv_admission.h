@@ -5,7 +5,10 @@
 // Policy: a request needs, on every stage, the KV bytes of its whole sequence (prompt + max_new_tokens,
 // engine/model/kv_bytes.h). One that can never fit a stage is refused with RESOURCE_EXHAUSTED and the
 // numbers; one that fits the capacity but not what is free waits. Waiting requests are admitted in
-// arrival order, each as soon as it fits (a small one may pass a large one that does not fit yet).
+// arrival order, each as soon as it fits: a small one may pass a large one that does not fit yet, but
+// only max_bypass times. After that nothing behind the large one is admitted until it is, so as the
+// running sequences finish it gets its room: a request that fits the capacity is admitted within a
+// bounded time however many smaller ones keep arriving.
 // While any stage drains (its worker is shutting down) nothing is admitted: its sequences would have
 // to be replayed on the replacement anyway.
 #ifndef LAYERPIPE_COORDINATOR_SCHEDULING_KV_ADMISSION_H_
@@ -35,7 +38,11 @@ class KvAdmission {
     bool draining = false;
   };
 
-  KvAdmission(const ModelConfig& config, Precision precision, std::vector<Stage> stages);
+  // How often a waiting request may be passed by later ones that fit sooner.
+  static constexpr int kDefaultMaxBypass = 8;
+
+  KvAdmission(const ModelConfig& config, Precision precision, std::vector<Stage> stages,
+              int max_bypass = kDefaultMaxBypass);
 
   // Bytes per stage a sequence of `tokens` positions needs; RESOURCE_EXHAUSTED when it exceeds a
   // stage's capacity (so it could never be admitted).
@@ -65,6 +72,7 @@ class KvAdmission {
 
   const ModelConfig config_;
   const Precision precision_;
+  const int max_bypass_;
   std::vector<Stage> stages_;
   std::deque<std::shared_ptr<Request>> queue_;
 };

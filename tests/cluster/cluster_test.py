@@ -395,6 +395,14 @@ def test_jobs(env):
         check("finish=length" in err, f"job stream summary: {err}")
         suffix, _ = env.layerpipe_ok("job", "stream", *a, "--job", job, "--offset", "10", "--print-ids")
         check(ids_of(suffix) == want_ids[10:], f"job stream --offset 10 gave {ids_of(suffix)}, want {want_ids[10:]}")
+        check(re.fullmatch(r"job-[0-9a-f]{32}", job), f"job ids are 128 random bits, not a counter: {job}")
+        # Past the end of a finished job: OUT_OF_RANGE at once, not an empty success.
+        for offset in ("41", str(1 << 62)):
+            rc, _, err = env.layerpipe("job", "stream", *a, "--job", job, "--offset", offset)
+            check(rc != 0 and "OUT_OF_RANGE" in err and "past the end" in err,
+                  f"job stream --offset {offset} on a 40-token job: exit {rc}, {err}")
+        at_end, _ = env.layerpipe_ok("job", "stream", *a, "--job", job, "--offset", "40", "--print-ids")
+        check(ids_of(at_end) == [], f"job stream --offset 40 (its end) gave {ids_of(at_end)}")
         info = json.loads(env.layerpipe_ok("job", "get", *a, "--job", job)[0])
         check(info["state"] == "succeeded" and info["ids"] == want_ids and info["generated_tokens"] == 40
               and info["finish_reason"] == "length", f"job get: {info}")
@@ -404,6 +412,9 @@ def test_jobs(env):
 
         out, _ = env.layerpipe_ok("job", "submit", *a, *PROMPTS[2], "--max-new-tokens", "3000")
         long_job = out.decode().strip()
+        # Past what a running job can ever produce: refused, not held open until it ends.
+        rc, _, err = env.layerpipe("job", "stream", *a, "--job", long_job, "--offset", str(10 ** 12))
+        check(rc != 0 and "OUT_OF_RANGE" in err, f"job stream --offset 10^12 on a running job: exit {rc}, {err}")
         cancelled = json.loads(env.layerpipe_ok("job", "cancel", *a, "--job", long_job)[0])
         check(cancelled["job_id"] == long_job, f"job cancel: {cancelled}")
         deadline = time.monotonic() + 60

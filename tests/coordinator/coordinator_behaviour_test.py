@@ -92,6 +92,13 @@ class CoordinatorBehaviourTest(unittest.TestCase):
         # Full layers at 2 and 5; window 8 is shorter than the prompts.
         subprocess.run(small_checkpoint_argv(f"{ARGS.bin}/layerpipe", cls.model, seed=4, max_positions=200000),
                        check=True, stdout=subprocess.DEVNULL)
+        # The same with the real tokenizer, for the text entry points (its vocabulary is larger than the model's).
+        cls.text_model = os.path.join(ARGS.work, "text_model")
+        shutil.rmtree(cls.text_model, ignore_errors=True)
+        tokenizer = os.path.join(ARGS.src, "third_party", "npm", "node_modules", "@lenml", "tokenizer-gemma3",
+                                 "models", "tokenizer.json")
+        subprocess.run(small_checkpoint_argv(f"{ARGS.bin}/layerpipe", cls.text_model, seed=4) + ["--tokenizer", tokenizer],
+                       check=True, stdout=subprocess.DEVNULL)
 
     def test_request_that_can_never_fit_is_refused_with_the_numbers(self):
         # 2 MB of KV per worker: the sliding rings fit, 100k tokens of global cache do not.
@@ -126,6 +133,40 @@ class CoordinatorBehaviourTest(unittest.TestCase):
             with self.assertRaises(grpc.RpcError) as err:
                 c.unary("GetJob", pb.GetJobRequest(job_id="job-nope"), pb.JobInfo)
             self.assertEqual(err.exception.code(), grpc.StatusCode.NOT_FOUND)
+        finally:
+            c.close()
+
+    def test_overlong_text_is_refused_before_tokenizing(self):
+        # 50 MB of text cannot fit any context: OUT_OF_RANGE at once, from Generate, Score and Tokenize.
+        c = Cluster(self.text_model)
+        try:
+            text = "word " * 10_000_000
+            stream = c.channel.unary_stream("/layerpipe.v1.LayerPipe/Generate",
+                                            request_serializer=pb.GenerateRequest.SerializeToString,
+                                            response_deserializer=pb.GenerateResponse.FromString)
+            calls = [("Generate", lambda: list(stream(pb.GenerateRequest(prompt=text, max_new_tokens=1), timeout=60))),
+                     ("Score", lambda: c.unary("Score", pb.ScoreRequest(text=text), pb.ScoreResponse)),
+                     ("Tokenize", lambda: c.unary("Tokenize", pb.TokenizeRequest(text=text), pb.TokenizeResponse))]
+            for name, call in calls:
+                start = time.monotonic()
+                with self.assertRaises(grpc.RpcError) as err:
+                    call()
+                self.assertEqual(err.exception.code(), grpc.StatusCode.OUT_OF_RANGE, name)
+                self.assertIn("beyond the model's context", err.exception.details(), name)
+                self.assertLess(time.monotonic() - start, 10, f"{name} tokenized the text first")
+            self.assertEqual(len(c.generate([2, 5, 6], 2)), 2)
+        finally:
+            c.close()
+
+    def test_detokenize_takes_the_models_vocabulary_only(self):
+        # The tokenizer knows ids the model does not: Detokenize refuses them as Generate and Score do.
+        c = Cluster(self.text_model)
+        try:
+            self.assertTrue(c.unary("Detokenize", pb.DetokenizeRequest(ids=[2, 511]), pb.DetokenizeResponse))
+            with self.assertRaises(grpc.RpcError) as err:
+                c.unary("Detokenize", pb.DetokenizeRequest(ids=[2, 512]), pb.DetokenizeResponse)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("outside the vocabulary [0, 512)", err.exception.details())
         finally:
             c.close()
 

@@ -24,6 +24,14 @@ class KvAdmissionTest : public ::testing::Test {
     stages[1].capacity = capacity1;
     return KvAdmission(config_, Precision::kBf16, std::move(stages));
   }
+  static void EnqueueAll(KvAdmission& a, const std::vector<std::shared_ptr<Request>>& requests) {
+    for (const auto& r : requests) ASSERT_TRUE(a.Enqueue(r).ok()) << r->id;
+  }
+  static std::vector<uint64_t> Ids(const std::vector<std::shared_ptr<Request>>& requests) {
+    std::vector<uint64_t> ids;
+    for (const auto& r : requests) ids.push_back(r->id);
+    return ids;
+  }
   int64_t Bytes(int begin, int end, int64_t tokens) {
     return KvBytesAtLength(config_, begin, end, Precision::kBf16, tokens);
   }
@@ -56,32 +64,52 @@ TEST_F(KvAdmissionTest, ARequestThatCanNeverFitIsRefusedWithTheNumbers) {
 TEST_F(KvAdmissionTest, ARequestThatFitsLaterWaitsAndIsAdmittedOnRelease) {
   const int64_t one = Bytes(2, 4, 100);
   KvAdmission a = Make(1 << 30, 2 * one);
-  auto r1 = MakeRequest(1, 96), r2 = MakeRequest(2, 96), r3 = MakeRequest(3, 96);
-  for (auto& r : {r1, r2, r3}) ASSERT_TRUE(a.Enqueue(r).ok());
-  auto first = a.AdmitWaiting();
-  ASSERT_EQ(first.size(), 2u);
-  EXPECT_EQ(first[0], r1);
-  EXPECT_EQ(first[1], r2);
+  auto r1 = MakeRequest(1, 96);
+  EnqueueAll(a, {r1, MakeRequest(2, 96), MakeRequest(3, 96)});
+  EXPECT_EQ(Ids(a.AdmitWaiting()), (std::vector<uint64_t>{1, 2}));
   EXPECT_EQ(a.queued(), 1u);
   EXPECT_EQ(a.stage(1).reserved, 2 * one);
   EXPECT_TRUE(a.AdmitWaiting().empty());  // still no room
   a.Release(*r1);
-  auto second = a.AdmitWaiting();
-  ASSERT_EQ(second.size(), 1u);
-  EXPECT_EQ(second[0], r3);
+  EXPECT_EQ(Ids(a.AdmitWaiting()), (std::vector<uint64_t>{3}));
   EXPECT_EQ(a.stage(1).reserved, 2 * one);
 }
 
 TEST_F(KvAdmissionTest, WaitingRequestsAreTakenInArrivalOrderWhenTheyFit) {
   const int64_t small = Bytes(2, 4, 100), large = Bytes(2, 4, 600);
   KvAdmission a = Make(1 << 30, large + small);
-  auto big1 = MakeRequest(1, 596), big2 = MakeRequest(2, 596), tiny = MakeRequest(3, 96);
-  for (auto& r : {big1, big2, tiny}) ASSERT_TRUE(a.Enqueue(r).ok());
-  auto admitted = a.AdmitWaiting();
-  // big1 fits; big2 does not yet; tiny fits beside big1.
-  ASSERT_EQ(admitted.size(), 2u);
-  EXPECT_EQ(admitted[0], big1);
-  EXPECT_EQ(admitted[1], tiny);
+  EnqueueAll(a, {MakeRequest(1, 596), MakeRequest(2, 596), MakeRequest(3, 96)});
+  // The first large one fits; the second does not yet; the small one fits beside the first.
+  EXPECT_EQ(Ids(a.AdmitWaiting()), (std::vector<uint64_t>{1, 3}));
+}
+
+TEST_F(KvAdmissionTest, ALargeRequestIsPassedOnlyABoundedNumberOfTimes) {
+  // Stage 1 has room for the large request alone, or for two small ones at a time.
+  const int64_t small = Bytes(2, 4, 100), large = Bytes(2, 4, 1000);
+  ASSERT_GE(large, 2 * small);
+  std::vector<KvAdmission::Stage> stages = {{"w0:1", {0, 2}, 1 << 30}, {"w1:1", {2, 4}, large}};
+  KvAdmission a(config_, Precision::kBf16, stages, /*max_bypass=*/3);
+  auto running = MakeRequest(1, 96);
+  EnqueueAll(a, {running});
+  ASSERT_EQ(Ids(a.AdmitWaiting()), (std::vector<uint64_t>{1}));
+  auto big = MakeRequest(2, 996);
+  EnqueueAll(a, {big});
+  // Small requests keep coming, one starting as the last finishes: each fits, the large one never does.
+  for (uint64_t id = 10; id < 13; ++id) {
+    auto next = MakeRequest(id, 96);
+    EnqueueAll(a, {next});
+    EXPECT_EQ(Ids(a.AdmitWaiting()), (std::vector<uint64_t>{id}));
+    a.Release(*running);
+    running = next;
+  }
+  EXPECT_EQ(big->bypassed, 3);
+  // Passed three times: now it holds the ones behind it...
+  EnqueueAll(a, {MakeRequest(20, 96)});
+  EXPECT_TRUE(a.AdmitWaiting().empty());
+  // ...and is admitted as soon as the running one finishes.
+  a.Release(*running);
+  EXPECT_EQ(Ids(a.AdmitWaiting()), (std::vector<uint64_t>{2}));
+  EXPECT_EQ(a.queued(), 1u);
 }
 
 TEST_F(KvAdmissionTest, NothingIsAdmittedWhileAStageDrains) {

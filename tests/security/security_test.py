@@ -110,7 +110,8 @@ class SecurityTest(unittest.TestCase):
                        "--tls-cert", pki("api.pem"), "--tls-key", pki("api.key"),
                        "--peer-listen", "127.0.0.1:0", "--peer-cert", pki("peer.pem"), "--peer-key", pki("peer.key"),
                        "--peer-ca", pki("cluster-ca.pem"),
-                       "--auth-tokens", cls.tokens_path, f"--max-concurrent-per-client={LIMIT}"], "coordinator")
+                       "--auth-tokens", cls.tokens_path, f"--max-concurrent-per-client={LIMIT}",
+                       "--admin-clients", "dave"], "coordinator")
         cls.coordinator = c
         cls.peer_address = c.wait_for(r"peer port on (\S+)", STARTUP_TIMEOUT).group(1)
         cls.address = c.wait_listening(STARTUP_TIMEOUT)
@@ -263,6 +264,31 @@ class SecurityTest(unittest.TestCase):
         self.assertNotEqual(rc, 0)
         self.assertIn("the pipeline did not start", rogue.stderr_text()[-3000:])
         self.assertEqual([self.worker_status(w).epoch for w in self.workers], before)
+
+    def test_jobs_belong_to_the_client_that_submitted_them(self):
+        api = "/layerpipe.v1.LayerPipe/"
+        submit = pb.SubmitJobRequest(request=pb.GenerateRequest(ids=pb.TokenIds(ids=[2, 5, 6]), max_new_tokens=2))
+        job = self.rpc(self.api, api + "SubmitJob", submit, pb.SubmitJobResponse, bearer("alice")).job_id
+
+        def listed(name):
+            jobs = self.rpc(self.api, api + "ListJobs", pb.ListJobsRequest(), pb.ListJobsResponse, bearer(name)).jobs
+            return [j.job_id for j in jobs]
+
+        get = pb.GetJobRequest(job_id=job)
+        self.assertEqual(self.rpc(self.api, api + "GetJob", get, pb.JobInfo, bearer("alice")).job_id, job)
+        self.assertIn(job, listed("alice"))
+        # Another client neither sees, streams nor cancels it: to bob it does not exist.
+        self.assertNotIn(job, listed("bob"))
+        self.refused(grpc.StatusCode.NOT_FOUND, lambda: self.rpc(self.api, api + "GetJob", get, pb.JobInfo, bearer("bob")))
+        self.refused(grpc.StatusCode.NOT_FOUND, lambda: self.rpc(
+            self.api, api + "CancelJob", pb.CancelJobRequest(job_id=job), pb.JobInfo, bearer("bob")))
+        stream = self.api.unary_stream(api + "StreamJob", request_serializer=pb.StreamJobRequest.SerializeToString,
+                                       response_deserializer=pb.GenerateResponse.FromString)
+        self.refused(grpc.StatusCode.NOT_FOUND,
+                     lambda: list(stream(pb.StreamJobRequest(job_id=job), metadata=bearer("bob"), timeout=20)))
+        # The admin token (--admin-clients) sees every job.
+        self.assertIn(job, listed("dave"))
+        self.assertEqual(self.rpc(self.api, api + "GetJob", get, pb.JobInfo, bearer("dave")).job_id, job)
 
     def test_per_client_limit_refuses_the_extra_stream_only(self):
         streams = [self.generate_stream(bearer("alice"), 100000) for _ in range(LIMIT)]
