@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
@@ -21,6 +22,17 @@ std::vector<KvAdmission::Stage> AdmissionStages(const PipelineOptions& opt) {
   }
   return stages;
 }
+
+}  // namespace
+
+std::string NewEpochSecret() {
+  std::random_device rd;
+  std::string secret(16, '\0');
+  for (char& c : secret) c = static_cast<char>(rd());
+  return secret;
+}
+
+namespace {
 
 SchedulerLimits LimitsOf(const PipelineOptions& opt) {
   // One step in flight per stage keeps every stage busy.
@@ -59,13 +71,15 @@ absl::Status Pipeline::Start(const std::string& self_address, absl::Duration tim
   self_address_ = self_address;
   const absl::Time deadline = absl::Now() + timeout;
   absl::Status last;
+  std::string secret;
   {
     std::lock_guard<std::mutex> lock(mu_);
     epoch_ = 1;
+    epoch_secret_ = secret = NewEpochSecret();
   }
   for (;;) {
     // Generous: a worker may be mapping and paging in tens of GB.
-    last = AssignAll(1, absl::Minutes(10));
+    last = AssignAll(1, secret, absl::Minutes(10));
     if (last.ok()) break;
     // A worker that refuses its range (bad model dir, bad range) will not change its mind.
     if (!absl::IsUnavailable(last) && !absl::IsDeadlineExceeded(last)) return last;
@@ -181,6 +195,8 @@ void Pipeline::Finish(Request& r, const std::string& reason, absl::Status error)
 void Pipeline::OnStepDone(const internal::v1::StepResult& result) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Only the stages of this epoch know its secret: anything else (a forged or an old result) is dropped.
+    if (result.epoch() != epoch_ || result.epoch_secret() != epoch_secret_) return;
     results_.push_back(result);
   }
   wake_.notify_all();
@@ -190,6 +206,7 @@ bool Pipeline::NextStep(internal::v1::StepFrame* frame, InFlightStep* step) {
   std::optional<StepPlan> plan = scheduler_.Plan(running_, in_flight_.size(), !pending_release_.empty());
   if (!plan) return false;
   *frame = BuildStepFrame(*plan, epoch_, next_step_++, pending_release_);
+  frame->set_epoch_secret(epoch_secret_);
   pending_release_.clear();
   Scheduler::MarkSent(*plan);
   step->step_id = frame->step_id();

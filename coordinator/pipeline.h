@@ -44,6 +44,9 @@ struct PipelineOptions {
   std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
 };
 
+// 16 random bytes: what stages and coordinator of one epoch share (AssignRequest.epoch_secret).
+std::string NewEpochSecret();
+
 class Pipeline {
  public:
   Pipeline(const ModelConfig& config, PipelineOptions options);
@@ -88,7 +91,7 @@ class Pipeline {
   void Run();  // the scheduler thread
   // recovery.cc: probing the stages, (re)assigning them, and replaying after a fault.
   void HealthLoop();
-  absl::Status AssignAll(uint64_t epoch, absl::Duration rpc_deadline);
+  absl::Status AssignAll(uint64_t epoch, const std::string& secret, absl::Duration rpc_deadline);
   void Recover(std::unique_lock<std::mutex>& lock, const std::string& why);
 
   // Under mu_.
@@ -116,6 +119,7 @@ class Pipeline {
   std::vector<uint64_t> pending_release_;
   std::string fault_;  // set by anyone who notices one; the scheduler recovers
   uint64_t epoch_ = 0;
+  std::string epoch_secret_;  // AssignRequest.epoch_secret of epoch_
   uint64_t next_step_ = 1;
   bool stopping_ = false;
   bool draining_ = false;  // this coordinator is shutting down

@@ -17,7 +17,7 @@ void SetDeadline(grpc::ClientContext& ctx, absl::Duration d) {
 
 }  // namespace
 
-absl::Status Pipeline::AssignAll(uint64_t epoch, absl::Duration rpc_deadline) {
+absl::Status Pipeline::AssignAll(uint64_t epoch, const std::string& secret, absl::Duration rpc_deadline) {
   for (size_t s = 0; s < stages_.size(); ++s) {
     Stage& st = stages_[s];
     internal::v1::AssignRequest req;
@@ -31,6 +31,7 @@ absl::Status Pipeline::AssignAll(uint64_t epoch, absl::Duration rpc_deadline) {
     req.set_epoch(epoch);
     req.set_precision(PrecisionName(opt_.precision));
     req.set_stage(static_cast<int>(s));
+    req.set_epoch_secret(secret);
     internal::v1::AssignResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(ctx, rpc_deadline);
@@ -67,9 +68,10 @@ void Pipeline::Recover(std::unique_lock<std::mutex>& lock, const std::string& wh
       });
     }
     const uint64_t epoch = epoch_;
+    const std::string secret = epoch_secret_ = NewEpochSecret();
     lock.unlock();
     // A hung worker must not hold recovery past its deadline.
-    absl::Status st = AssignAll(epoch, std::max(absl::Seconds(5), deadline - absl::Now()));
+    absl::Status st = AssignAll(epoch, secret, std::max(absl::Seconds(5), deadline - absl::Now()));
     lock.lock();
     if (st.ok()) {
       fault_.clear();

@@ -141,6 +141,7 @@ void Outbox::Send(Item& item) {
     internal::v1::StepResult failure;
     failure.set_epoch(item.frame.epoch());
     failure.set_step_id(item.frame.step_id());
+    failure.set_epoch_secret(item.frame.epoch_secret());
     failure.set_stage(item.stage + 1);
     failure.set_error_code(st.error_code());
     failure.set_error(absl::StrCat("stage ", item.stage, " could not pass step ", item.frame.step_id(),

@@ -76,6 +76,7 @@ void WorkerService::RunStep(Assignment& a, QueuedStep step) {
     internal::v1::StepResult failure;
     failure.set_epoch(frame.epoch());
     failure.set_step_id(frame.step_id());
+    failure.set_epoch_secret(a.request.epoch_secret());
     failure.set_stage(so.stage);
     failure.set_error_code(static_cast<int>(st.code()));
     failure.set_error(refused ? std::string(st.message())
@@ -93,8 +94,10 @@ void WorkerService::RunStep(Assignment& a, QueuedStep step) {
       forward.set_hidden_dtype(stage.wire_dtype());
       device_rows.reset();
     }
+    forward.set_epoch_secret(a.request.epoch_secret());
     outbox_.Forward(a.next, a.sink, so.stage, std::move(forward), std::move(device_rows));
   } else if (st.ok()) {
+    result.set_epoch_secret(a.request.epoch_secret());
     outbox_.Report(a.sink, std::move(result));
   }
 }

@@ -214,6 +214,13 @@ absl::Status WorkerService::AcceptStep(const internal::v1::StepFrame& frame) {
     if (stopping_) return absl::UnavailableError("the worker is shutting down");
     if (!assignment_) return absl::FailedPreconditionError("the worker has no layer range assigned yet");
     if (frame.epoch() != assignment_->epoch) return stale(assignment_->epoch);
+    // Before anything else: a frame from anyone but this stage's upstream leaves no trace (no step id
+    // taken, no rows off the device link, nothing reported).
+    if (frame.epoch_secret() != assignment_->request.epoch_secret()) {
+      return absl::PermissionDeniedError(absl::StrCat("step ", id, " does not carry epoch ", frame.epoch(),
+                                                      "'s secret: only the previous stage (the coordinator for "
+                                                      "stage 0) may send steps"));
+    }
     order = sequencer_.Check(id);
     a = assignment_;
   }

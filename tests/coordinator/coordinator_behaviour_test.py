@@ -19,10 +19,11 @@ import grpc
 
 ARGS = None
 pb = None
+wire = None  # the worker and step planes' messages
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from pb_loader import load_layerpipe_pb2  # noqa: E402
+from pb_loader import load_internal_pb2, load_layerpipe_pb2  # noqa: E402
 from proc_harness import Process, small_checkpoint_argv  # noqa: E402
 
 STARTUP_TIMEOUT = 60  # seconds for a server's "listening on" line
@@ -170,6 +171,35 @@ class CoordinatorBehaviourTest(unittest.TestCase):
         finally:
             c.close()
 
+    def test_forged_step_results_are_dropped(self):
+        # Plaintext: StepSink shares the client port. Results without the epoch's secret are dropped, so a
+        # client spraying forged step errors cannot fail anyone's request.
+        c = Cluster(self.model)
+        try:
+            want = c.generate([2, 5, 6], 24)
+            sink = c.channel.unary_unary("/layerpipe.internal.v1.StepSink/StepDone",
+                                         request_serializer=wire.StepResult.SerializeToString,
+                                         response_deserializer=wire.StepAck.FromString)
+            stop = threading.Event()
+
+            def spray():
+                for _ in range(200):  # bounded; the generations below take far less
+                    if stop.is_set():
+                        return
+                    for step in range(1, 60):
+                        sink(wire.StepResult(epoch=1, step_id=step, stage=1, error="forged", error_code=3), timeout=5)
+
+            sprayer = threading.Thread(target=spray)
+            sprayer.start()
+            try:
+                for _ in range(3):
+                    self.assertEqual(c.generate([2, 5, 6], 24), want)
+            finally:
+                stop.set()
+                sprayer.join()
+        finally:
+            c.close()
+
     def test_long_prompt_does_not_starve_short_requests(self):
         # 16-token chunks: the 20000-token prompt needs 1250 steps of prefill, seconds even on a fast machine.
         c = Cluster(self.model, coordinator_flags=["--prefill-chunk=16"])
@@ -287,7 +317,7 @@ class DrainTest(unittest.TestCase):
 
 
 def main():
-    global ARGS, pb
+    global ARGS, pb, wire
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--src", required=True)
@@ -295,6 +325,7 @@ def main():
     ARGS, rest = ap.parse_known_args()
     os.makedirs(ARGS.work, exist_ok=True)
     pb = load_pb()
+    wire = load_internal_pb2(ARGS.src)
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
 

@@ -119,9 +119,12 @@ class Pipeline {
   }
 
   // A new epoch with stage i serving ranges[i].
-  void Assign(const std::string& dir, const Ranges& ranges, const std::string& precision, int64_t kv_budget = 0) {
+  // With `secret`, the stages take only frames that carry it (AssignRequest.epoch_secret); Push adds it.
+  void Assign(const std::string& dir, const Ranges& ranges, const std::string& precision, int64_t kv_budget = 0,
+              const std::string& secret = "") {
     ++epoch;
     next_step = 1;
+    epoch_secret = secret;
     const int layers = ranges.back().second;
     for (size_t i = 0; i < ranges.size(); ++i) {
       internal::v1::AssignRequest r;
@@ -136,6 +139,7 @@ class Pipeline {
       r.set_precision(precision);
       r.set_stage(static_cast<int>(i));
       r.set_kv_budget_bytes(kv_budget);
+      r.set_epoch_secret(secret);
       internal::v1::AssignResponse response;
       const grpc::Status st = AssignStage(static_cast<int>(i), r, &response);
       EXPECT_TRUE(st.ok()) << st.error_message();
@@ -152,6 +156,7 @@ class Pipeline {
   // Sends the frame into stage 0 as the next step of the epoch; returns its step id.
   uint64_t Push(internal::v1::StepFrame frame) {
     frame.set_epoch(epoch);
+    frame.set_epoch_secret(epoch_secret);
     frame.set_step_id(next_step++);
     const grpc::Status st = Send(0, frame);
     EXPECT_TRUE(st.ok()) << st.error_message();
@@ -194,6 +199,7 @@ class Pipeline {
   FakeSink sink;
   std::string sink_address;
   uint64_t epoch = 0;
+  std::string epoch_secret;
   uint64_t next_step = 1;
 
  private:

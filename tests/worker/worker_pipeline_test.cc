@@ -53,6 +53,37 @@ TEST_F(WorkerPipelineTest, GreedyTokensAndLogprobsEqualTheEngineBf16) {
   CheckGreedyAgainstEngine(pipe, *engine, 1e-5);
 }
 
+TEST_F(WorkerPipelineTest, AFrameWithoutTheEpochSecretLeavesNoTrace) {
+  Pipeline pipe(3);
+  const std::string secret = "epoch-secret-1";
+  pipe.Assign(dir(), kThreeStages, "fp32", 0, secret);
+  auto engine = LoadEngine(dir(), Precision::kFp32);
+  // An outsider sprays stages 1 and 2 with frames for the step ids the pipeline is about to use (a NaN
+  // temperature, hidden rows of the wrong size), without the secret or with a guessed one.
+  for (int stage : {1, 2}) {
+    for (uint64_t step = 1; step <= 4; ++step) {
+      for (const std::string guess : {"", "epoch-secret-0"}) {
+        internal::v1::StepFrame f;
+        f.set_epoch(pipe.epoch);
+        f.set_step_id(step);
+        f.set_epoch_secret(guess);
+        AddSlice(&f, 900 + step, 0, {2, 3}, true)->mutable_sampling()->set_temperature(std::nanf(""));
+        f.set_hidden("xyz");
+        const grpc::Status st = pipe.Send(stage, f);
+        EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+        EXPECT_NE(st.error_message().find("secret"), std::string::npos) << st.error_message();
+      }
+    }
+  }
+  // The real steps then run as if nothing had come: the engine's tokens, and results that carry the secret.
+  CheckGreedyAgainstEngine(pipe, *engine, 1e-5);
+  internal::v1::StepFrame f;
+  AddSlice(&f, 5, 0, {2, 5, 6}, true);
+  const internal::v1::StepResult r = pipe.Run(f);
+  EXPECT_TRUE(r.error().empty()) << r.error();
+  EXPECT_EQ(r.epoch_secret(), secret);
+}
+
 TEST_F(WorkerPipelineTest, TwoStagesAndReassignmentGiveTheSameTokens) {
   Pipeline pipe(3);
   pipe.Assign(dir(), {{0, 4}, {4, 5}}, "fp32");
