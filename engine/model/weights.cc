@@ -172,8 +172,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     if (st = ld.Vector(n("layer_scalar"), 1, &scalar); !st.ok()) return st;
     L.layer_scalar = scalar[0];
   }
-  // What the selection holds, and how long mapping and checking it (and converting what is not bf16)
-  // took. bf16 tensors stay in the mapping: their pages come from disk when the backend first reads them.
+  // What the selection holds, and how long reading, checking it (and converting what is not bf16) took.
+  // bf16 tensors stay in the mapping, whose pages the checkpoint read at load.
   size_t bytes = 0;
   for (const std::string& name : needed) {
     if (const TensorInfo* t = (*ckpt)->Find(prefix + name)) bytes += t->nbytes;
