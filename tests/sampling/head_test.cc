@@ -74,6 +74,15 @@ TEST(HeadTest, GreedyGoesThroughASummaryAndPicksWhatTheWholeRowWould) {
   }
 }
 
+// One row through the head with a fresh sampler of `p`.
+SampledToken SampleOne(FakeHead& head, const SamplingParams& p, const std::vector<float>& hidden) {
+  Sampler sampler(p, kVocab);
+  const SampleRow row{&sampler, {}, hidden.data()};
+  std::vector<SampledToken> out;
+  EXPECT_TRUE(SampleRows(head.Ops(), kHidden, kVocab, {&row, 1}, 8, &out).ok());
+  return out.empty() ? SampledToken{} : out[0];
+}
+
 // Plain temperature: on the host only the whole row serves it; a device summary does, with the same draw.
 class HeadTemperatureTest : public ::testing::TestWithParam<bool> {};
 
@@ -84,13 +93,9 @@ TEST_P(HeadTemperatureTest, DrawsWhatTheWholeRowWould) {
   hot.temperature = 0.8f;
   hot.seed = 11;
   const std::vector<float> hidden = Hidden(0.9f);
-  Sampler sampler(hot, kVocab);
-  const SampleRow row{&sampler, {}, hidden.data()};
-  std::vector<SampledToken> out;
-  ASSERT_TRUE(SampleRows(head.Ops(), kHidden, kVocab, {&row, 1}, 8, &out).ok());
+  EXPECT_EQ(SampleOne(head, hot, hidden).token, Reference(hot, hidden, 0).token);
   EXPECT_EQ(head.summarized_rows, GetParam() ? 1 : 0);
   EXPECT_EQ(head.whole_rows, GetParam() ? 0 : 1);
-  EXPECT_EQ(out[0].token, Reference(hot, hidden, 0).token);
 }
 
 INSTANTIATE_TEST_SUITE_P(HostAndDevice, HeadTemperatureTest, ::testing::Bool(),
@@ -104,11 +109,7 @@ TEST(HeadTest, ANucleusWiderThanTheSummaryFallsBackToTheWholeRow) {
   wide.top_p = 0.999f;
   wide.seed = 3;
   const std::vector<float> hidden = Hidden(0.2f);
-  Sampler sampler(wide, kVocab);
-  const SampleRow row{&sampler, {}, hidden.data()};
-  std::vector<SampledToken> out;
-  ASSERT_TRUE(SampleRows(head.Ops(), kHidden, kVocab, {&row, 1}, 8, &out).ok());
-  EXPECT_EQ(out[0].token, Reference(wide, hidden, 0).token);
+  EXPECT_EQ(SampleOne(head, wide, hidden).token, Reference(wide, hidden, 0).token);
   // ...more than the summary's best entries carry: the summary is asked first, then the whole row.
   EXPECT_EQ(head.summarized_rows, 1);
   EXPECT_EQ(head.whole_rows, 1);
