@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of the fuzz targets, corpus/<target>/: a few small valid inputs each (and a
+few near misses). Run it again after changing the formats; libFuzzer mutates from these.
+
+Protobuf messages are encoded by hand (a few lines below), so that no generated Python code is needed."""
+
+import json
+import os
+import shutil
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(HERE, "corpus")
+
+
+def write(target, name, data):
+    os.makedirs(os.path.join(CORPUS, target), exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(CORPUS, target, name), "wb") as f:
+        f.write(data)
+
+
+# ---- protobuf wire format
+def varint(v):
+    v &= (1 << 64) - 1  # negative int32/int64 are ten bytes, as protobuf writes them
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def f_varint(field, v):
+    return varint(field << 3) + varint(v)
+
+
+def f_bytes(field, b):
+    if isinstance(b, str):
+        b = b.encode()
+    return varint(field << 3 | 2) + varint(len(b)) + b
+
+
+def f_float(field, v):
+    return varint(field << 3 | 5) + struct.pack("<f", v)
+
+
+def f_packed(field, values):
+    return f_bytes(field, b"".join(varint(v) for v in values))
+
+
+# ---- safetensors
+def safetensors(tensors, metadata=None, pad=True):
+    """tensors: (name, dtype, shape, bytes)."""
+    header, data, offset = {}, b"", 0
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, blob in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(blob)]}
+        data += blob
+        offset += len(blob)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    while pad and (len(h) + 8) % 8:
+        h += b" "
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def safetensors_corpus():
+    t = "safetensors_header_fuzz"
+    write(t, "two_tensors", safetensors(
+        [("model.layers.0.self_attn.q_proj.weight", "BF16", [2, 3], bytes(range(12))),
+         ("model.norm.weight", "F32", [4], struct.pack("<4f", 1, 2, 3, 4))], metadata={"format": "pt"}))
+    write(t, "empty_header", safetensors([]))
+    write(t, "scalar_f16", safetensors([("s", "F16", [], b"\x00\x3c")], pad=False))
+    write(t, "zero_size", safetensors([("z", "F32", [0, 5], b""), ("b", "BF16", [1, 1, 1], b"\x80\x3f")]))
+    write(t, "bad_dtype", safetensors([("i", "I64", [1], bytes(8))]))
+
+
+# ---- config.json
+def text_config(layers, pattern=6):
+    return {
+        "model_type": "gemma4_unified_text", "hidden_size": 64, "intermediate_size": 128, "vocab_size": 512,
+        "num_hidden_layers": layers, "num_attention_heads": 4, "head_dim": 16, "num_key_value_heads": 2,
+        "global_head_dim": 32, "num_global_key_value_heads": 1,
+        "layer_types": ["full_attention" if i % pattern == pattern - 1 else "sliding_attention" for i in range(layers)],
+        "attention_k_eq_v": True, "sliding_window": 16,
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}},
+        "rms_norm_eps": 1e-6, "final_logit_softcapping": 30.0, "max_position_embeddings": 4096,
+        "num_kv_shared_layers": 0, "enable_moe_block": False, "hidden_size_per_layer_input": 0,
+    }
+
+
+def config_corpus():
+    t = "model_config_fuzz"
+    write(t, "nested_tiny.json", json.dumps({
+        "architectures": ["Gemma4UnifiedForConditionalGeneration"], "model_type": "gemma4_unified",
+        "text_config": text_config(6), "image_token_id": 258880, "eos_token_id": [1, 106]}, indent=1))
+    flat = text_config(4, pattern=2)
+    del flat["layer_types"], flat["rope_parameters"]
+    flat.update({"sliding_window_pattern": 2, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                 "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0})
+    write(t, "flat_gemma3_style.json", json.dumps(flat, indent=1))
+    single = text_config(2, pattern=2)
+    single["rope_parameters"] = {"rope_type": "default", "rope_theta": 500000.0}
+    single["attention_k_eq_v"] = False
+    write(t, "single_rope.json", json.dumps(single))
+    big = text_config(48)
+    big.update({"hidden_size": 3840, "intermediate_size": 15360, "vocab_size": 262144, "num_attention_heads": 16,
+                "head_dim": 256, "num_key_value_heads": 8, "global_head_dim": 512, "sliding_window": 1024,
+                "max_position_embeddings": 262144})
+    write(t, "gemma4_12b.json", json.dumps({"model_type": "gemma4_unified", "text_config": big}))
+
+
+# ---- tokenizer.json
+SPECIAL = {0: "<pad>", 1: "<eos>", 2: "<bos>", 3: "<unk>", 100: "<|channel>", 101: "<channel|>",
+           105: "<|turn>", 106: "<turn|>"}
+MERGES = [("▁", "t"), ("h", "e"), ("▁t", "he"), ("▁", "a"), ("i", "n"), ("e", "r"), ("o", "r"), ("▁", "w"),
+          ("▁w", "or"), ("l", "d"), ("▁wor", "ld"), ("l", "l"), ("e", "ll"), ("H", "ell"), ("Hell", "o"),
+          ("u", "s"), ("us", "er"), ("m", "o"), ("mo", "d"), ("mod", "el"), ("e", "l"), ("t", "h"),
+          ("th", "o"), ("u", "g"), ("ug", "ht"), ("h", "t"), ("tho", "ught"), ("▁", "▁"), ("\n", "\n")]
+
+
+def tiny_gemma():
+    """Gemma's pipeline (tokenizer.json of the 12B: normalizer, split, byte fallback, <bos> template) on a
+    vocabulary of a few hundred ids, with the chat markers at their real ids."""
+    vocab = {tok: i for i, tok in SPECIAL.items()}
+    vocab["<mask>"] = 4
+    pieces = ["▁", "\n", "!", ",", ".", "?", "'", "H", "W", "T"] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    pieces += [str(d) for d in range(10)]
+    for a, b in MERGES:
+        if a + b not in pieces:
+            pieces.append(a + b)
+    free = [i for i in range(5, 200) if i not in SPECIAL]
+    for i, p in zip(free, pieces):
+        vocab[p] = i
+    for b in range(256):
+        vocab["<0x%02X>" % b] = 200 + b
+    added = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for i, c in sorted(SPECIAL.items())]
+    added.append({"id": 4, "content": "<mask>", "single_word": False, "lstrip": False, "rstrip": False,
+                  "normalized": False, "special": False})
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+        "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious",
+                          "invert": False},
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "<bos>", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}}],
+                           "special_tokens": {"<bos>": {"id": "<bos>", "ids": [2], "tokens": ["<bos>"]}}},
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"},
+            {"type": "Fuse"}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": vocab, "merges": [list(m) for m in MERGES]},
+    }
+
+
+def other_features():
+    """What Gemma's file does not use: legacy "a b" merges, a Sequence normalizer with Prepend, Split
+    behaviours, added-token flags, a template token found through special_tokens, ignore_merges."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "a": 3, "b": 4, "c": 5, "ab": 6, "abc": 7, "_": 8, "_a": 9, "-": 10}
+    return {
+        "added_tokens": [
+            {"id": 1, "content": "<s>", "special": True},
+            {"id": 2, "content": "</s>", "special": True, "lstrip": True, "rstrip": True},
+            {"id": 11, "content": "ab c", "normalized": True, "single_word": True}],
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "_"}, {"type": "Replace", "pattern": {"String": " "}, "content": "_"}]},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"String": "-"}, "behavior": "Isolated"},
+            {"type": "Split", "pattern": {"String": "_"}, "behavior": "MergedWithNext", "invert": False},
+            {"type": "Split", "pattern": {"String": "c"}, "behavior": "Contiguous"}]},
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "<start>", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}},
+                                      {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+                           "special_tokens": {"<start>": {"id": "<start>", "ids": [1]}}},
+        "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "_"},
+                                                      "content": " "}]},
+        "model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": False, "byte_fallback": False,
+                  "ignore_merges": True, "vocab": vocab, "merges": ["a b", "ab c", "_ a"]},
+    }
+
+
+def tokenizer_corpus():
+    t = "tokenizer_json_fuzz"
+    tiny = json.dumps(tiny_gemma(), ensure_ascii=False, separators=(",", ":"))
+    write(t, "tiny_gemma.json", tiny)  # also generate_request_fuzz's tokenizer
+    write(t, "tiny_gemma_with_text", tiny.encode() + b"\0" + "Hello world <|turn>user\nthe model\n\n€ ".encode() +
+          b"\xff\xe2\x82")
+    write(t, "other_features_with_text",
+          json.dumps(other_features(), separators=(",", ":")) + "\0ab c-_a </s> abc")
+
+
+# ---- StepFrame (proto/internal.proto)
+def sampling(temperature=None, top_k=None, top_p=None, min_p=None, penalty=None, seed=None):
+    out = b""
+    if temperature is not None:
+        out += f_float(1, temperature)
+    if top_k is not None:
+        out += f_varint(2, top_k)
+    if top_p is not None:
+        out += f_float(3, top_p)
+    if min_p is not None:
+        out += f_float(4, min_p)
+    if penalty is not None:
+        out += f_float(5, penalty)
+    if seed is not None:
+        out += f_varint(6, seed)
+    return out
+
+
+def step_slice(seq_id, pos0, ids, sample=False, sp=None, rng_skip=0, top_logprobs=0, score=False,
+               return_logits=False, next_id=0):
+    out = f_varint(1, seq_id) + f_varint(2, pos0) + f_packed(3, ids)
+    if sample:
+        out += f_varint(4, 1)
+    if sp is not None:
+        out += f_bytes(5, sp)
+    if rng_skip:
+        out += f_varint(6, rng_skip)
+    if top_logprobs:
+        out += f_varint(7, top_logprobs)
+    if score:
+        out += f_varint(8, 1)
+    if return_logits:
+        out += f_varint(9, 1)
+    if next_id:
+        out += f_varint(10, next_id)
+    return out
+
+
+def step_frame(slices, release=(), dtype=0, hidden=b"", on_link=False, epoch=1, step_id=7, secret=b""):
+    out = f_varint(1, epoch) + f_varint(2, step_id)
+    for s in slices:
+        out += f_bytes(3, s)
+    if release:
+        out += f_packed(4, release)
+    if dtype:
+        out += f_varint(5, dtype)
+    if hidden:
+        out += f_bytes(6, hidden)
+    if on_link:
+        out += f_varint(7, 1)
+    if secret:
+        out += f_bytes(8, secret)
+    return out
+
+
+def bf16(values):
+    return b"".join(struct.pack("<I", struct.unpack("<I", struct.pack("<f", v))[0])[2:] for v in values)
+
+
+def frame_corpus():
+    t = "step_frame_fuzz"
+    write(t, "first_stage_prefill", step_frame(
+        [step_slice(1, 0, [2, 10, 11, 12], sample=True, sp=sampling(0.7, 40, 0.95, 0.0, 1.1, 42))]))
+    write(t, "later_stage_bf16", step_frame(
+        [step_slice(1, 4, [13], sample=True), step_slice(2, 0, [2, 20], rng_skip=3, top_logprobs=5)],
+        release=[9], dtype=1, hidden=bf16([0.5, -1.0, 2.0, 0.0] * 3), secret=bytes(range(16))))
+    write(t, "score_f32", step_frame(
+        [step_slice(5, 0, [2, 30, 31], score=True, next_id=-1, return_logits=True)],
+        dtype=0, hidden=struct.pack("<12f", *range(12))))
+    write(t, "on_link", step_frame([step_slice(3, 10, [40, 41])], on_link=True, epoch=2, step_id=1 << 40))
+    write(t, "release_only", step_frame([], release=[1, 2, 3]))
+
+
+# ---- hidden codec: [dtype][rows int16][hidden_size int16][payload]
+def codec(dtype, rows, width, payload):
+    return struct.pack("<bhh", dtype, rows, width) + payload
+
+
+def codec_corpus():
+    t = "hidden_codec_fuzz"
+    write(t, "f32_2x3", codec(0, 2, 3, struct.pack("<6f", 1.5, -2.0, 0.0, 1e-40, float("inf"), 3.25)))
+    special = [float("nan"), float("-inf"), 1e-39, -0.0, 65504.0, 3.0e38, 1.0 / 3.0, 0.1]
+    write(t, "bf16_4x8", codec(1, 4, 8, bf16(special * 4)))
+    write(t, "f32_as_bf16_20", codec(1, 2, 20, struct.pack("<20f", *[(i - 10) / 7.0 for i in range(20)])))
+    write(t, "unknown_dtype", codec(5, 1, 1, b"\0\0\0\0"))
+    write(t, "negative_dims", codec(0, -1, -1, b"\0\0\x80\x3f"))
+
+
+# ---- GenerateRequest (proto/layerpipe.proto)
+def request_corpus():
+    t = "generate_request_fuzz"
+    write(t, "prompt_sampled", f_bytes(1, "Hello world") + f_varint(5, 16) +
+          f_bytes(6, sampling(0.7, 40, 0.95, None, None, 1)) + f_bytes(7, "\n\n") + f_bytes(7, "ld"))
+    write(t, "chat_with_system", f_bytes(1, "the model") + f_varint(3, 1) + f_bytes(4, "be terse") +
+          f_varint(5, 8) + f_packed(8, [106, 1]) + f_varint(9, 5))
+    write(t, "ids_penalty", f_bytes(2, f_packed(1, [2, 20, 21, 22, 1])) + f_varint(5, 4) +
+          f_bytes(6, sampling(1.0, None, None, 0.05, 1.1, 7)))
+    write(t, "greedy_stop_strings", f_bytes(1, "the the thought") + f_varint(5, 64) + f_bytes(7, "tho") +
+          f_bytes(7, "\u20ac") + f_bytes(7, ""))
+
+
+def main():
+    for target in ("safetensors_header_fuzz", "model_config_fuzz", "tokenizer_json_fuzz", "step_frame_fuzz",
+                   "hidden_codec_fuzz", "generate_request_fuzz"):
+        shutil.rmtree(os.path.join(CORPUS, target), ignore_errors=True)
+    safetensors_corpus()
+    config_corpus()
+    tokenizer_corpus()
+    frame_corpus()
+    codec_corpus()
+    request_corpus()
+
+
+if __name__ == "__main__":
+    main()
