@@ -120,7 +120,7 @@ absl::StatusOr<std::shared_ptr<Request>> LayerPipeService::BuildGenerate(const v
     case v1::GenerateRequest::kPrompt:
       if (tokenizer_ == nullptr) return absl::FailedPreconditionError("the coordinator has no tokenizer; send ids");
       if (req.prompt().empty()) return absl::InvalidArgumentError("the prompt is empty");
-      if (auto st = CheckTextLength(req.prompt().size() + req.system().size(), "prompt"); !st.ok()) return st;
+      if (auto st = CheckTextLength(req.prompt().size() + (req.chat() ? req.system().size() : 0), "prompt"); !st.ok()) return st;
       r->prompt = req.chat() ? BuildChatPrompt(*tokenizer_, req.prompt(), req.system())
                              : tokenizer_->Encode(req.prompt(), /*add_bos=*/true);
       break;
