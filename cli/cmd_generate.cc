@@ -10,6 +10,7 @@
 #include "cli/remote_commands.h"
 #include "cli/remote_request.h"
 #include "engine/tokenizer/chat_format.h"
+#include "engine/tokenizer/chat_messages_json.h"
 #include "engine/generate.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -23,6 +24,7 @@ std::vector<FlagSpec> Specs() {
       {"chat", true, false, "wrap --prompt in the chat format of the -it model"},
       {"system", false, false, "system turn for --chat"},
       {"ids", false, false, "prompt token ids, comma-separated (instead of --prompt)"},
+      {"messages", false, false, "a multi-turn chat: a JSON file with an array of {role, content} (instead of --prompt)"},
       {"tokenizer", false, false, "tokenizer.json (default: MODEL/tokenizer.json)"},
       {"max-new-tokens", false, false, "tokens to generate at most (required)"},
       {"stop", false, true, "stop string (repeatable)"},
@@ -44,12 +46,7 @@ int Run(const Args& args) {
   if (args.Has("top-logprobs")) return Fail(cmd, absl::InvalidArgumentError("--top-logprobs needs --coordinator"));
   auto model = args.String("model");
   if (!model.ok()) return Fail(cmd, model.status());
-  if (args.Has("prompt") == args.Has("ids")) {
-    return Fail(cmd, absl::InvalidArgumentError("give exactly one of --prompt and --ids"));
-  }
-  if (args.Has("chat") && !args.Has("prompt")) {
-    return Fail(cmd, absl::InvalidArgumentError("--chat needs --prompt"));
-  }
+  if (auto st = CheckPromptFlags(args); !st.ok()) return Fail(cmd, st);
   GenerateRequest req;
   auto max_new = args.Int("max-new-tokens");
   if (!max_new.ok()) return Fail(cmd, max_new.status());
@@ -75,7 +72,7 @@ int Run(const Args& args) {
   // The tokenizer is needed for text in or out; with --ids and no tokenizer only ids are printed.
   std::unique_ptr<Tokenizer> tokenizer;
   const std::string tok_path = args.StringOr("tokenizer", *model + "/tokenizer.json");
-  if (args.Has("prompt") || args.Has("tokenizer") || args.Has("stop") || std::filesystem::exists(tok_path)) {
+  if (args.Has("prompt") || args.Has("messages") || args.Has("tokenizer") || args.Has("stop") || std::filesystem::exists(tok_path)) {
     auto t = Tokenizer::Load(tok_path);
     if (!t.ok()) return Fail(cmd, t.status());
     tokenizer = std::move(*t);
@@ -90,7 +87,13 @@ int Run(const Args& args) {
     req.stop.stop_ids = *ids;
   }
   req.stop.stop_strings = args.All("stop");
-  if (args.Has("prompt")) {
+  if (args.Has("messages")) {
+    auto messages = ReadChatMessagesFile(args.StringOr("messages", ""));
+    if (!messages.ok()) return Fail(cmd, messages.status());
+    auto ids = BuildChatConversation(*tokenizer, *messages);
+    if (!ids.ok()) return Fail(cmd, ids.status());
+    req.prompt = *std::move(ids);
+  } else if (args.Has("prompt")) {
     auto text = args.String("prompt");
     req.prompt = args.Has("chat") ? BuildChatPrompt(*tokenizer, *text, args.StringOr("system", ""))
                                   : tokenizer->Encode(*text, /*add_bos=*/true);

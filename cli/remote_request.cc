@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cli/cli_util.h"
+#include "engine/tokenizer/chat_messages_json.h"
 
 namespace layerpipe::cli {
 namespace {
@@ -39,6 +40,7 @@ std::vector<FlagSpec> RemoteGenerateFlagSpecs() {
       {"chat", true, false, "wrap --prompt in the chat format of the -it model"},
       {"system", false, false, "system turn for --chat"},
       {"ids", false, false, "prompt token ids, comma-separated (instead of --prompt)"},
+      {"messages", false, false, "a multi-turn chat: a JSON file with an array of {role, content} (instead of --prompt)"},
       {"max-new-tokens", false, false, "tokens to generate at most (required)"},
       {"stop", false, true, "stop string (repeatable)"},
       {"stop-ids", false, false, "stop ids, comma-separated (default: the model's generation_config)"},
@@ -49,13 +51,18 @@ std::vector<FlagSpec> RemoteGenerateFlagSpecs() {
 }
 
 absl::StatusOr<v1::GenerateRequest> GenerateRequestFromArgs(const Args& args) {
-  if (args.Has("prompt") == args.Has("ids")) {
-    return absl::InvalidArgumentError("give exactly one of --prompt and --ids");
-  }
-  if (args.Has("chat") && !args.Has("prompt")) return absl::InvalidArgumentError("--chat needs --prompt");
+  if (auto st = CheckPromptFlags(args); !st.ok()) return st;
   if (args.Has("system") && !args.Has("chat")) return absl::InvalidArgumentError("--system needs --chat");
   v1::GenerateRequest req;
-  if (args.Has("prompt")) {
+  if (args.Has("messages")) {
+    auto messages = ReadChatMessagesFile(args.StringOr("messages", ""));
+    if (!messages.ok()) return messages.status();
+    for (const ChatMessage& m : *messages) {
+      v1::ChatMessage* out = req.mutable_messages()->add_messages();
+      out->set_role(m.role);
+      out->set_content(m.content);
+    }
+  } else if (args.Has("prompt")) {
     req.set_prompt(args.StringOr("prompt", ""));
     auto chat = args.Bool("chat", false);
     if (!chat.ok()) return chat.status();
@@ -112,6 +119,16 @@ absl::StatusOr<v1::GenerateRequest> GenerateRequestFromArgs(const Args& args) {
     req.set_top_logprobs(i);
   }
   return req;
+}
+
+absl::Status CheckPromptFlags(const Args& args) {
+  if (int(args.Has("prompt")) + int(args.Has("ids")) + int(args.Has("messages")) != 1) {
+    return absl::InvalidArgumentError("give exactly one of --prompt, --ids and --messages");
+  }
+  if (args.Has("chat") && !args.Has("prompt")) {
+    return absl::InvalidArgumentError("--chat needs --prompt (--messages is always a chat)");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RejectFlags(const Args& args, const std::vector<std::string>& flags, const std::string& why) {

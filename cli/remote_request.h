@@ -13,7 +13,7 @@
 
 namespace layerpipe::cli {
 
-// --coordinator plus the generate flags the coordinator understands: --prompt, --chat, --system, --ids,
+// --coordinator plus the generate flags the coordinator understands: --prompt, --chat, --system, --ids, --messages,
 // --max-new-tokens, the sampling flags, --stop, --stop-ids and --top-logprobs.
 std::vector<FlagSpec> RemoteGenerateFlagSpecs();
 
@@ -21,6 +21,9 @@ std::vector<FlagSpec> RemoteGenerateFlagSpecs();
 // values are the coordinator's to judge, so a bad one comes back as its INVALID_ARGUMENT and message.
 // Sampling fields are set only for the flags given, leaving the rest to the coordinator's defaults.
 absl::StatusOr<v1::GenerateRequest> GenerateRequestFromArgs(const Args& args);
+
+// Exactly one of --prompt, --ids and --messages; --chat only with --prompt.
+absl::Status CheckPromptFlags(const Args& args);
 
 // An error naming the first of `flags` that was given: they only mean something for a local model.
 absl::Status RejectFlags(const Args& args, const std::vector<std::string>& flags, const std::string& why);

@@ -1,18 +1,10 @@
-// The coordinator's gRPC services: the client API (LayerPipe) and the StepSink the last stage reports to.
+// The coordinator's gRPC services: the client API (LayerPipe, over ClientApi) and the StepSink the last
+// stage reports to.
 #ifndef LAYERPIPE_COORDINATOR_API_SERVICE_H_
 #define LAYERPIPE_COORDINATOR_API_SERVICE_H_
 
-#include <atomic>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <vector>
-
-#include "coordinator/client_gate.h"
+#include "coordinator/client_api.h"
 #include "coordinator/pipeline.h"
-#include "engine/model/config.h"
-#include "engine/tokenizer/tokenizer.h"
 #include "proto/internal.grpc.pb.h"
 #include "proto/layerpipe.grpc.pb.h"
 
@@ -20,14 +12,7 @@ namespace layerpipe {
 
 class LayerPipeService final : public v1::LayerPipe::Service {
  public:
-  // `tokenizer` may be null: text in and out is then refused, ids still work. Every RPC passes `gate`
-  // first when there is one (authentication, per-client limits).
-  LayerPipeService(const ModelConfig& config, const Tokenizer* tokenizer, std::vector<int32_t> default_stop_ids,
-                   Pipeline* pipeline, std::shared_ptr<ClientGate> gate = nullptr);
-
-  // The largest request a client may need to send (a text or ids that fill the context); the client
-  // port refuses larger messages.
-  int64_t MaxRequestBytes() const;
+  explicit LayerPipeService(ClientApi* api) : api_(api) {}
 
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override;
@@ -49,29 +34,10 @@ class LayerPipeService final : public v1::LayerPipe::Service {
 
  private:
   absl::StatusOr<ClientGate::Pass> Admit(const grpc::ServerContext& ctx);
-  absl::StatusOr<std::shared_ptr<Request>> BuildGenerate(const v1::GenerateRequest& req);
-  absl::StatusOr<std::vector<int32_t>> CheckIds(const google::protobuf::RepeatedField<int32_t>& ids) const;
-  // Streams tokens [offset, ...) of `r` until it ends; `owner` requests are cancelled on disconnect.
   grpc::Status Stream(grpc::ServerContext* ctx, const std::shared_ptr<Request>& r, int64_t offset, bool owner,
                       grpc::ServerWriter<v1::GenerateResponse>* writer);
-  // The job, when the client of `pass` may see it (its own, or any for an admin); else null.
-  // OUT_OF_RANGE when a text of `bytes` cannot fit the context, checked before tokenizing it.
-  absl::Status CheckTextLength(size_t bytes, const char* what) const;
-  std::shared_ptr<Request> FindJob(const std::string& id, const ClientGate::Pass& pass);
-  bool MaySee(const Request& job, const ClientGate::Pass& pass) const;
-  // Who owns what `pass` submits: its token's name, or nobody when clients are not told apart.
-  std::string OwnerOf(const ClientGate::Pass& pass) const;
-  static void FillJobInfo(const Request& r, bool with_tokens, v1::JobInfo* info);
 
-  const ModelConfig config_;
-  const Tokenizer* tokenizer_;
-  const int64_t max_token_bytes_;  // input bytes one token stands for at most
-  const std::vector<int32_t> default_stop_ids_;
-  Pipeline* pipeline_;
-  const std::shared_ptr<ClientGate> gate_;
-  std::atomic<uint64_t> next_id_{1};
-  std::mutex jobs_mu_;
-  std::map<std::string, std::shared_ptr<Request>> jobs_;
+  ClientApi* api_;
 };
 
 class StepSinkService final : public internal::v1::StepSink::Service {

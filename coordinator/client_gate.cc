@@ -71,15 +71,6 @@ absl::StatusOr<ClientGate::Pass> ClientGate::Admit(absl::string_view authorizati
   return Pass(this, std::move(client));
 }
 
-absl::StatusOr<ClientGate::Pass> ClientGate::Admit(const grpc::ServerContext& ctx) {
-  absl::string_view authorization;
-  const auto& metadata = ctx.client_metadata();
-  if (auto it = metadata.find("authorization"); it != metadata.end()) {
-    authorization = absl::string_view(it->second.data(), it->second.size());
-  }
-  return Admit(authorization, ctx.peer());
-}
-
 int ClientGate::open(const std::string& client) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = open_.find(client);

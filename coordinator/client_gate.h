@@ -1,4 +1,5 @@
-// Who may call the client API, and how much at once. Every LayerPipe RPC passes the gate first:
+// Who may call the client API, and how much at once. Every LayerPipe RPC and HTTP call passes the gate
+// first (it knows neither transport):
 // - with tokens, it needs "authorization: Bearer <token>" metadata naming a known token, otherwise
 //   UNAUTHENTICATED; the token's name is the client;
 // - with a per-client limit, a client (the token's name, or without tokens the caller's IP address) with
@@ -13,8 +14,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-
-#include <grpcpp/server_context.h>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -53,8 +52,6 @@ class ClientGate {
   // string, e.g. "ipv4:10.1.2.3:51234"; the port is dropped, so that a client's connections count
   // together.
   absl::StatusOr<Pass> Admit(absl::string_view authorization, absl::string_view peer);
-  // The same for a call being served.
-  absl::StatusOr<Pass> Admit(const grpc::ServerContext& ctx);
 
   // RPCs open for `client` now.
   int open(const std::string& client);

@@ -24,6 +24,12 @@ ABSL_FLAG(absl::Duration, drain_timeout, layerpipe::CoordinatorSettings().drain_
 ABSL_FLAG(std::string, metrics_listen, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free port)");
 
+ABSL_FLAG(std::string, http_listen, "",
+          "serve the OpenAI-compatible HTTP API on HOST:PORT (port 0: any free port); same TLS and tokens as --listen");
+ABSL_FLAG(std::string, served_model_name, "", "the model name the HTTP API answers to (default: the --model directory's name)");
+ABSL_FLAG(int64_t, max_model_len, 0, "prompt + generated tokens a request may use (0: the model's context)");
+ABSL_FLAG(int32_t, max_new_tokens, 0, "generated tokens a request may ask for (0: no cap below --max-model-len)");
+
 namespace layerpipe {
 
 void ReadSharedCoordinatorFlags(CoordinatorSettings* s) {
@@ -37,6 +43,10 @@ void ReadSharedCoordinatorFlags(CoordinatorSettings* s) {
   s->health_interval = absl::GetFlag(FLAGS_health_interval);
   s->drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   s->metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  s->http_listen = absl::GetFlag(FLAGS_http_listen);
+  s->served_model_name = absl::GetFlag(FLAGS_served_model_name);
+  s->max_model_len = absl::GetFlag(FLAGS_max_model_len);
+  s->max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
 }
 
 }  // namespace layerpipe

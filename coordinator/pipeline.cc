@@ -1,5 +1,7 @@
 #include "coordinator/pipeline.h"
 
+#include "common/log.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -298,6 +300,25 @@ void Pipeline::ApplyResult(const internal::v1::StepResult& res) {
   }
 }
 
+void Pipeline::RefusedByFirstStage(uint64_t step_id, const grpc::Status& s) {
+  const std::string msg = absl::StrCat("stage 0 (", stages_[0].address, ") refused step ", step_id, ": ", s.error_message());
+  auto it = in_flight_.find(step_id);
+  // A frame the stage finds malformed would be refused again on replay, and replay after replay
+  // (an endless recovery): its requests fail instead. Anything else is a fault, recovered by replay.
+  if (it != in_flight_.end() && (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+                                 s.error_code() == grpc::StatusCode::OUT_OF_RANGE)) {
+    InFlightStep step = std::move(it->second);
+    in_flight_.erase(it);
+    LP_LOG(WARNING) << msg << "; failing its " << step.requests.size() << " requests";
+    for (auto& r : step.requests) {
+      --r->in_flight;
+      if (!r->done()) Finish(*r, "error", absl::InternalError(msg));
+    }
+    return;
+  }
+  if (fault_.empty()) fault_ = msg;
+}
+
 void Pipeline::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
@@ -326,10 +347,7 @@ void Pipeline::Run() {
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
       grpc::Status s = stages_[0].stub->Step(&ctx, frame, &ack);
       lock.lock();
-      if (!s.ok() && fault_.empty()) {
-        fault_ = absl::StrCat("stage 0 (", stages_[0].address, ") refused step ", frame.step_id(), ": ",
-                              s.error_message());
-      }
+      if (!s.ok()) RefusedByFirstStage(frame.step_id(), s);
       continue;
     }
     wake_.wait_for(lock, std::chrono::milliseconds(50));

@@ -97,6 +97,8 @@ class Pipeline {
   // Under mu_.
   bool NextStep(internal::v1::StepFrame* frame, InFlightStep* step);
   void ApplyResult(const internal::v1::StepResult& result);
+  // Stage 0 did not take a step.
+  void RefusedByFirstStage(uint64_t step_id, const grpc::Status& status);
   void HandleToken(Request& r, const internal::v1::SliceResult& s);
   void Finish(Request& r, const std::string& reason, absl::Status error);
   void Admit();

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/metrics_http.h"
 #include "coordinator/api_service.h"
+#include "coordinator/http/http_server.h"
 #include "coordinator/pipeline.h"
 #include "coordinator/scheduling/planner.h"
 #include "engine/sampling/stop_conditions.h"
@@ -117,14 +118,20 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
   // Served from the start: a coordinator waiting for its workers shows layerpipe_ready 0.
   auto metrics = ServeMetricsIfAsked(s.metrics_listen, &pipeline.metrics());
   if (!metrics.ok()) return fail(absl::StrCat("--metrics-listen: ", metrics.status().message()));
-  LayerPipeService api(*config, tokenizer.get(), *stop_ids, &pipeline, security->gate);
+  if (s.max_model_len < 0 || s.max_model_len > config->max_position_embeddings) {
+    return usage(absl::StrCat("--max-model-len must be in [0, ", config->max_position_embeddings, "] (the model's context)"));
+  }
+  if (s.max_new_tokens < 0) return usage("--max-new-tokens must be >= 0");
+  ClientApi client_api(*config, tokenizer.get(), *stop_ids, &pipeline, security->gate,
+                       ClientLimits{s.max_model_len, s.max_new_tokens});
+  LayerPipeService api(&client_api);
   StepSinkService sink(&pipeline);
   int port = 0;
   std::vector<grpc::Service*> api_services = {&api};
   if (!security->peer) api_services.push_back(&sink);  // else on its own port, below
   // Clients' messages are bounded by what a request can need, unless StepSink's results share the port.
   std::unique_ptr<grpc::Server> server =
-      StartServer(s.listen, security->api, api_services, &port, security->peer ? api.MaxRequestBytes() : kMaxResultBytes);
+      StartServer(s.listen, security->api, api_services, &port, security->peer ? client_api.MaxRequestBytes() : kMaxResultBytes);
   if (!server || port == 0) return fail(absl::StrCat("cannot listen on ", s.listen));
   server->GetHealthCheckService()->SetServingStatus(false);
   const std::string host = ReachableHost(s.listen);
@@ -144,6 +151,23 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
     std::fflush(stdout);
   }
   if (!s.advertise.empty()) self = s.advertise;
+  std::unique_ptr<http::HttpServer> http_server;
+  if (!s.http_listen.empty()) {
+    http::HttpOptions hopt;
+    hopt.listen = s.http_listen;
+    hopt.tls = {s.security.tls_cert, s.security.tls_key, s.security.tls_client_ca};
+    auto defaults = http::ReadOpenAiDefaults(s.model + "/generation_config.json");
+    if (!defaults.ok()) return fail(std::string(defaults.status().message()));
+    hopt.defaults = *defaults;
+    // The directory's own name, as vLLM names a model by its path's last part.
+    std::filesystem::path dir = std::filesystem::absolute(s.model).lexically_normal();
+    if (dir.filename().empty()) dir = dir.parent_path();
+    hopt.defaults.model = s.served_model_name.empty() ? dir.filename().string() : s.served_model_name;
+    http_server = std::make_unique<http::HttpServer>(&client_api, hopt);
+    if (auto st = http_server->Start(); !st.ok()) return fail(std::string(st.message()));
+    std::printf("%s http port on %s:%d\n", program, ReachableHost(s.http_listen).c_str(), http_server->port());
+    std::fflush(stdout);
+  }
   if (auto st = pipeline.Start(self, s.startup_timeout); !st.ok()) {
     server->Shutdown();
     return fail(absl::StrCat("the pipeline did not start: ", st.message()));
@@ -170,6 +194,7 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
   if (!pipeline.Drain(s.drain_timeout)) {
     LP_LOG(WARNING) << "drain timed out; cancelling what is left";
   }
+  if (http_server) http_server->Stop();
   pipeline.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   if (peer_server) peer_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

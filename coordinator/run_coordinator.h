@@ -33,6 +33,11 @@ struct CoordinatorSettings {
   absl::Duration drain_timeout = absl::Seconds(60);
   absl::Duration startup_timeout = absl::Seconds(120);
   std::string metrics_listen;
+  // The OpenAI-compatible HTTP port (empty: none) and the model name it answers to (empty: the
+  // checkpoint directory's name).
+  std::string http_listen, served_model_name;
+  int64_t max_model_len = 0;   // 0: the model's context
+  int32_t max_new_tokens = 0;  // 0: no cap
   CoordinatorSecurityFlags security;
 };
 

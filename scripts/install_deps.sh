@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(cmake ninja-build g++ pkg-config libabsl-dev nlohmann-json3-dev libgtest-dev libgmock-dev
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcivetweb-dev
           python3 python3-numpy python3-grpcio python3-protobuf python3-yaml python3-jsonschema openssl
-          openmpi-bin libopenmpi-dev)
+          openmpi-bin libopenmpi-dev libsqlite3-dev libcpp-httplib-dev curl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -24,3 +24,4 @@ if ((${#missing[@]})); then
 fi
 bash scripts/fetch_tokenizer.sh >/dev/null
 bash scripts/fetch_helm.sh >/dev/null
+bash scripts/fetch_openai_client.sh >/dev/null

@@ -5,9 +5,11 @@
 #define LAYERPIPE_ENGINE_TOKENIZER_CHAT_FORMAT_H_
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace layerpipe {
@@ -18,12 +20,32 @@ inline constexpr int32_t kTurnEndId = 106;      // <turn|>
 inline constexpr int32_t kChannelBeginId = 100; // <|channel>
 inline constexpr int32_t kChannelEndId = 101;   // <channel|>
 
-// <bos>[<|turn>system\n{system}<turn|>\n]<|turn>user\n{user}<turn|>\n<|turn>model\n<|channel>thought\n<channel|>
-// The system turn is present only when system_text is non-empty. The text between markers ("user\n" + text,
-// "\n", ...) is tokenized as one piece, as a rendered chat template would be; user text is not escaped, so
-// special-token spellings inside it become those tokens.
+// One message of a conversation, in OpenAI's roles: "system", "user", "assistant" ("model" is taken
+// for "assistant", the name the format itself uses).
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+// <bos>[<|turn>system\n{system}<turn|>\n]{turns}<|turn>model\n<|channel>thought\n<channel|>
+// where each user turn is <|turn>user\n{text}<turn|>\n and each earlier assistant turn
+// <|turn>model\n{text}<turn|>\n with its thinking removed: every <|channel>...<channel|> span (by either
+// spelling of those ids, or an unclosed one to the end) is cut and the rest trimmed, as the model's
+// own template does, so that a conversation replayed from an API's history costs no thought tokens.
+// The text between markers ("user\n" + text, "\n", ...) is tokenized as one piece, as a rendered chat
+// template would be; user text is not escaped, so special-token spellings inside it become those tokens.
+//
+// InvalidArgument, naming the message, for: no messages, an unknown role, a system message anywhere
+// but first, a conversation that does not end with a user message, or no user message at all.
+absl::StatusOr<std::vector<int32_t>> BuildChatConversation(const Tokenizer& tokenizer,
+                                                           const std::vector<ChatMessage>& messages);
+
+// The one-turn case: a user text and an optional system text (empty: no system turn).
 std::vector<int32_t> BuildChatPrompt(const Tokenizer& tokenizer, std::string_view user_text,
                                      std::string_view system_text = {});
+
+// An assistant text without its thinking spans (as above), trimmed.
+std::string StripThinking(const Tokenizer& tokenizer, std::string_view text);
 
 }  // namespace layerpipe
 

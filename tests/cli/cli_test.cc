@@ -128,6 +128,39 @@ TEST_F(CliTest, PromptStreamingMatchesTheDecodedIds) {
   EXPECT_EQ(text + "\n", dec.out);
 }
 
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name + "_" + std::to_string(getpid());
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST_F(CliTest, MessagesFileIsAMultiTurnChat) {
+  const std::string m = " --model " + *model_ + " --max-new-tokens 6 --print-ids --stop-ids 1";
+  // One user message (content as parts) is the --chat --prompt request, token for token.
+  const std::string one = WriteTemp("one.json", R"([{"role": "system", "content": "Be brief."},
+      {"role": "user", "content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]}])");
+  Result a = RunCli("generate" + m + " --messages " + one);
+  Result b = RunCli("generate" + m + " --chat --system 'Be brief.' --prompt 'Hello there'");
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_EQ(a.out, b.out);
+  // <bos> + system turn (8) + user turn (7) + the generation prompt (7).
+  EXPECT_NE(a.err.find("[23 prompt tokens"), std::string::npos) << a.err;
+  // An earlier answer makes the prompt longer (its thinking does not).
+  const std::string three = WriteTemp("three.json", R"([{"role": "user", "content": "Hello there"},
+      {"role": "assistant", "content": "<|channel>thought\nlong thinking here<channel|>Hi"},
+      {"role": "user", "content": "Again"}])");
+  Result c = RunCli("generate" + m + " --messages " + three);
+  ASSERT_EQ(c.code, 0) << c.err;
+  // <bos> + user turn (7) + <|turn>model\nHi<turn|>\n (6) + user turn (6) + the generation prompt (7).
+  EXPECT_NE(c.err.find("[27 prompt tokens"), std::string::npos) << c.err;
+  ExpectFails("generate" + m + " --messages " + WriteTemp("bad_role.json", R"([{"role": "tool", "content": "x"}])"),
+              "messages[0]: unknown role \"tool\"");
+  ExpectFails("generate" + m + " --messages " + WriteTemp("bad_json.json", "[{"), "not valid JSON");
+  ExpectFails("generate" + m + " --messages /nonexistent.json", "cannot read the messages file /nonexistent.json");
+  ExpectFails("generate" + m + " --messages " + one + " --chat", "--chat needs --prompt");
+}
+
 TEST_F(CliTest, BadArgumentsGiveAnErrorAndNonZeroExit) {
   const std::string m = " --model " + *model_;
   ExpectFails("", "usage");
@@ -142,7 +175,7 @@ TEST_F(CliTest, BadArgumentsGiveAnErrorAndNonZeroExit) {
   ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 3 --top-p 1.5", "top_p");
   ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 3 --top-k -2", "--top-k");
   ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 5000", "exceeds the context");
-  ExpectFails("generate" + m + " --ids 2,3 --prompt hi --max-new-tokens 3", "exactly one of --prompt and --ids");
+  ExpectFails("generate" + m + " --ids 2,3 --prompt hi --max-new-tokens 3", "exactly one of --prompt, --ids and --messages");
   ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 3 --bogus 1", "unknown flag --bogus");
   ExpectFails("generate" + m + " --ids 2,3 --max-new-tokens 3 --precision fp16", "--precision must be bf16 or fp32");
   ExpectFails("generate --model /nonexistent --ids 2,3 --max-new-tokens 3", "/nonexistent/config.json");

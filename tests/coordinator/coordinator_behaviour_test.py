@@ -159,6 +159,26 @@ class CoordinatorBehaviourTest(unittest.TestCase):
         finally:
             c.close()
 
+    def test_text_beyond_the_models_vocabulary_is_refused_up_front(self):
+        # The tokenizer knows 262k ids, this model 512: such a prompt is refused by the coordinator, never
+        # sent to a stage (which would refuse its frame on every replay).
+        c = Cluster(self.text_model)
+        try:
+            stream = c.channel.unary_stream("/layerpipe.v1.LayerPipe/Generate",
+                                            request_serializer=pb.GenerateRequest.SerializeToString,
+                                            response_deserializer=pb.GenerateResponse.FromString)
+            for req in [pb.GenerateRequest(prompt="Hello there", max_new_tokens=2),
+                        pb.GenerateRequest(messages=pb.Conversation(messages=[pb.ChatMessage(role="user", content="Hi")]),
+                                           max_new_tokens=2)]:
+                with self.assertRaises(grpc.RpcError) as err:
+                    list(stream(req, timeout=30))
+                self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertIn("outside the vocabulary [0, 512)", err.exception.details())
+            self.assertEqual(len(c.generate([2, 5, 6], 2)), 2)
+            self.assertNotIn("recovering", c.coordinator.stderr_text())
+        finally:
+            c.close()
+
     def test_detokenize_takes_the_models_vocabulary_only(self):
         # The tokenizer knows ids the model does not: Detokenize refuses them as Generate and Score do.
         c = Cluster(self.text_model)

@@ -2,6 +2,8 @@
 foreach(t planner_test kv_admission_test scheduler_test)
   target_link_libraries(${t} PRIVATE layerpipe_scheduling)
 endforeach()
+# The job store test also builds foreign databases with sqlite3, which layerpipe_job_store brings.
+target_link_libraries(job_store_test PRIVATE layerpipe_job_store)
 add_test(NAME coordinator_behaviour
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/coordinator/coordinator_behaviour_test.py
                  --bin ${CMAKE_BINARY_DIR}/bin --src ${PROJECT_SOURCE_DIR}

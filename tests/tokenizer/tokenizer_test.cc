@@ -264,6 +264,43 @@ TEST_F(GemmaTest, ChatPrompt) {
   EXPECT_EQ(ids[3], 108);
 }
 
+TEST_F(GemmaTest, ChatConversation) {
+  auto cat = [](std::vector<std::vector<int32_t>> parts) {
+    std::vector<int32_t> out;
+    for (auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+  };
+  // One user turn is the one-turn prompt, system turn included.
+  EXPECT_EQ(*BuildChatConversation(tok(), {{"system", "Be brief."}, {"user", "Hi"}}), BuildChatPrompt(tok(), "Hi", "Be brief."));
+  // An earlier model turn keeps its text, loses its thinking (either spelling of the channel ids) and is trimmed.
+  const std::string thought_ids = std::string(tok().IdToToken(100)) + "plan" + std::string(tok().IdToToken(101));
+  for (const std::string& answer : {std::string("<|channel>thought\nsecret<channel|>Hello"), thought_ids + " Hello \n"}) {
+    const auto ids = BuildChatConversation(tok(), {{"user", "Hi"}, {"assistant", answer}, {"user", "Again"}});
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    const std::vector<int32_t> hi = BuildChatPrompt(tok(), "Hi");
+    const std::vector<int32_t> again = BuildChatPrompt(tok(), "Again");
+    // <bos> user turn | <|turn>model\nHello<turn|>\n | user turn + generation prompt
+    const std::vector<int32_t> expected =
+        cat({{hi.begin(), hi.begin() + 7}, {105}, Enc("model\nHello"), {106}, Enc("\n"), {again.begin() + 1, again.end()}});
+    EXPECT_EQ(*ids, expected) << answer;
+  }
+  EXPECT_EQ(StripThinking(tok(), "a<|channel>never closed"), "a");
+  EXPECT_EQ(*BuildChatConversation(tok(), {{"user", "Hi"}, {"model", "x"}, {"user", "y"}}),
+            *BuildChatConversation(tok(), {{"user", "Hi"}, {"assistant", "x"}, {"user", "y"}}));
+  // Each malformed conversation says which message is wrong.
+  struct Bad { std::vector<ChatMessage> messages; std::string says; };
+  for (const Bad& bad : std::vector<Bad>{{{}, "no messages"},
+                                         {{{"user", "a"}, {"system", "b"}, {"user", "c"}}, "messages[1]: a system message may only come first"},
+                                         {{{"tool", "a"}}, "messages[0]: unknown role \"tool\""},
+                                         {{{"system", "a"}}, "no user message"},
+                                         {{{"user", "a"}, {"assistant", "b"}}, "messages[1]: the conversation must end with a user message"}}) {
+    const auto ids = BuildChatConversation(tok(), bad.messages);
+    ASSERT_FALSE(ids.ok()) << bad.says;
+    EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(ids.status().message().find(bad.says), std::string::npos) << ids.status();
+  }
+}
+
 TEST_F(GemmaTest, LongInputIsFast) {
   std::mt19937 rng(7);
   std::string one_word;  // no spaces or newlines: BPE sees a single 100 KB word

@@ -1,0 +1,394 @@
+#include "coordinator/client_api.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/tokenizer/chat_format.h"
+#include "proto/sampling_params.h"
+
+namespace layerpipe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Full logits are returned only while they stay a reasonable message.
+constexpr int64_t kMaxLogitsBytes = int64_t{256} << 20;
+constexpr int kMaxTopLogprobs = 20;
+constexpr absl::Duration kPoll = absl::Milliseconds(100);
+
+// Input bytes one token can stand for at most: its spelling's length (byte-fallback tokens stand for one).
+int64_t MaxTokenBytes(const Tokenizer* tokenizer) {
+  if (tokenizer == nullptr) return 1;
+  int64_t longest = 1;
+  for (int32_t id = 0; id < tokenizer->vocab_size(); ++id) {
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(tokenizer->IdToToken(id).size()));
+  }
+  return longest;
+}
+
+// Job ids are 128 random bits: holding one is the only way to name a job, so they cannot be guessed
+// or enumerated.
+std::string NewJobId() {
+  std::random_device rd;
+  uint64_t hi = (uint64_t{rd()} << 32) | rd(), lo = (uint64_t{rd()} << 32) | rd();
+  return absl::StrFormat("job-%016x%016x", hi, lo);
+}
+
+double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+void FillTimings(const Request& r, const RequestView& v, v1::Timings* t) {
+  const Clock::time_point end = v.finished.value_or(Clock::now());
+  t->set_queue_ms(Ms(r.created, v.admitted.value_or(end)));
+  t->set_total_ms(Ms(r.created, end));
+  if (v.first_token) {
+    t->set_time_to_first_token_ms(Ms(r.created, *v.first_token));
+    const double decode_s = Ms(*v.first_token, end) / 1e3;
+    const size_t n = v.tokens.size();
+    if (n > 1 && decode_s > 0) t->set_decode_tokens_per_s((n - 1) / decode_s);
+  }
+}
+
+v1::JobState JobStateOf(const RequestView& v) {
+  switch (v.state) {
+    case RequestState::kQueued: return v1::JOB_QUEUED;
+    case RequestState::kPrefilling: return v.tokens.empty() ? v1::JOB_PREFILLING : v1::JOB_DECODING;
+    case RequestState::kDecoding: return v1::JOB_DECODING;
+    case RequestState::kDone:
+      if (!v.error.ok()) return v1::JOB_FAILED;
+      return v.finish_reason == "cancelled" ? v1::JOB_CANCELLED : v1::JOB_SUCCEEDED;
+  }
+  return v1::JOB_STATE_UNSPECIFIED;
+}
+
+absl::Status ClientGone() { return absl::CancelledError("the client went away"); }
+
+}  // namespace
+
+ClientApi::ClientApi(const ModelConfig& config, const Tokenizer* tokenizer, std::vector<int32_t> default_stop_ids,
+                     Pipeline* pipeline, std::shared_ptr<ClientGate> gate, ClientLimits limits)
+    : config_(config),
+      max_model_len_(limits.max_model_len > 0 ? std::min(limits.max_model_len, config.max_position_embeddings)
+                                              : config.max_position_embeddings),
+      max_new_tokens_(limits.max_new_tokens),
+      tokenizer_(tokenizer),
+      max_token_bytes_(MaxTokenBytes(tokenizer)),
+      default_stop_ids_(std::move(default_stop_ids)),
+      pipeline_(pipeline),
+      gate_(std::move(gate)) {}
+
+absl::Status ClientApi::CheckTextLength(size_t bytes, const char* what) const {
+  // No token stands for more input bytes than its spelling has, so a longer text cannot fit the
+  // context whatever it says: refused before the tokenizer spends time (and memory) on it.
+  const int64_t at_least = static_cast<int64_t>(bytes) / std::max<int64_t>(max_token_bytes_, 1);
+  if (at_least > config_.max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrCat("the ", what, " of ", bytes, " bytes is at least ", at_least,
+                                              " tokens, beyond the model's context of ",
+                                              config_.max_position_embeddings));
+  }
+  return absl::OkStatus();
+}
+
+int64_t ClientApi::MaxRequestBytes() const {
+  // The longest text that may fit, or ids for the whole context (5 bytes each at most), and room for
+  // the other fields (stop strings, sampling).
+  const int64_t context = config_.max_position_embeddings;
+  return std::max<int64_t>(context * std::max<int64_t>(max_token_bytes_, 1), context * 5) + (int64_t{1} << 20);
+}
+
+absl::StatusOr<ClientGate::Pass> ClientApi::Admit(absl::string_view authorization, absl::string_view peer) {
+  if (!gate_) return ClientGate::Pass();
+  return gate_->Admit(authorization, peer);
+}
+
+absl::Status ClientApi::CheckIds(const int32_t* ids, size_t n) const {
+  for (size_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", ids[i], " at index ", i,
+                                                     " is outside the vocabulary [0, ", config_.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> ClientApi::PromptOf(const v1::GenerateRequest& req) const {
+  switch (req.input_case()) {
+    case v1::GenerateRequest::kPrompt:
+      if (tokenizer_ == nullptr) return absl::FailedPreconditionError("the coordinator has no tokenizer; send ids");
+      if (req.prompt().empty()) return absl::InvalidArgumentError("the prompt is empty");
+      if (auto st = CheckTextLength(req.prompt().size() + (req.chat() ? req.system().size() : 0), "prompt"); !st.ok()) {
+        return st;
+      }
+      return req.chat() ? BuildChatPrompt(*tokenizer_, req.prompt(), req.system())
+                        : tokenizer_->Encode(req.prompt(), /*add_bos=*/true);
+    case v1::GenerateRequest::kMessages: {
+      if (tokenizer_ == nullptr) return absl::FailedPreconditionError("the coordinator has no tokenizer; send ids");
+      if (!req.system().empty()) {
+        return absl::InvalidArgumentError("with messages, the system text is a message of role \"system\"");
+      }
+      size_t bytes = 0;
+      std::vector<ChatMessage> messages;
+      for (const v1::ChatMessage& m : req.messages().messages()) {
+        bytes += m.content().size();
+        messages.push_back({m.role(), m.content()});
+      }
+      if (auto st = CheckTextLength(bytes, "conversation"); !st.ok()) return st;
+      return BuildChatConversation(*tokenizer_, messages);
+    }
+    case v1::GenerateRequest::kIds: {
+      if (req.chat()) return absl::InvalidArgumentError("chat needs a text prompt, not ids");
+      if (req.ids().ids().empty()) return absl::InvalidArgumentError("the prompt is empty");
+      if (auto st = CheckIds(req.ids().ids().data(), req.ids().ids_size()); !st.ok()) return st;
+      return std::vector<int32_t>(req.ids().ids().begin(), req.ids().ids().end());
+    }
+    default:
+      return absl::InvalidArgumentError("the request has neither a prompt, messages nor ids");
+  }
+}
+
+absl::StatusOr<std::shared_ptr<Request>> ClientApi::BuildGenerate(const v1::GenerateRequest& req,
+                                                                  bool fill_max_new_tokens) {
+  auto r = std::make_shared<Request>();
+  r->id = next_id_++;
+  auto prompt = PromptOf(req);
+  if (!prompt.ok()) return prompt.status();
+  r->prompt = *std::move(prompt);
+  // Text too: a tokenizer may know more ids than the model embeds (a test vocabulary over a small
+  // model), and no stage could run such a prompt.
+  if (auto st = CheckIds(r->prompt.data(), r->prompt.size()); !st.ok()) return st;
+  const int64_t prompt_tokens = static_cast<int64_t>(r->prompt.size());
+  const std::string context = max_model_len_ == config_.max_position_embeddings
+                                  ? absl::StrCat("the model's context of ", max_model_len_)
+                                  : absl::StrCat("this server's limit of ", max_model_len_, " tokens");
+  if (prompt_tokens >= max_model_len_) {
+    return absl::OutOfRangeError(absl::StrCat("a prompt of ", prompt_tokens, " tokens leaves no room to generate in ", context));
+  }
+  int64_t max_new = req.max_new_tokens();
+  if (max_new == 0 && fill_max_new_tokens) {
+    max_new = max_model_len_ - prompt_tokens;
+    if (max_new_tokens_ > 0) max_new = std::min<int64_t>(max_new, max_new_tokens_);
+  }
+  if (max_new <= 0) return absl::InvalidArgumentError(absl::StrCat("max_new_tokens must be positive, got ", max_new));
+  if (max_new_tokens_ > 0 && max_new > max_new_tokens_) {
+    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens of ", max_new, " is above this server's limit of ",
+                                                   max_new_tokens_));
+  }
+  if (prompt_tokens + max_new > max_model_len_) {
+    return absl::OutOfRangeError(absl::StrCat("a prompt of ", prompt_tokens, " tokens plus ", max_new,
+                                              " new tokens exceeds ", context));
+  }
+  if (req.top_logprobs() < 0 || req.top_logprobs() > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs, "]"));
+  }
+  const v1::SamplingParams& sp = req.sampling();
+  const SamplingParams p = ToSamplingParams(sp);
+  if (auto st = ValidateSamplingParams(p); !st.ok()) return st;
+  r->sampling = p;
+  r->sampling_proto = sp;
+  r->top_logprobs = req.top_logprobs();
+  r->max_new_tokens = static_cast<int>(max_new);
+  StopConfig stop;
+  stop.max_new_tokens = static_cast<int>(max_new);
+  stop.stop_ids = req.stop_ids().empty() ? default_stop_ids_
+                                         : std::vector<int32_t>(req.stop_ids().begin(), req.stop_ids().end());
+  for (const std::string& s : req.stop()) stop.stop_strings.push_back(s);
+  if (!stop.stop_strings.empty() && tokenizer_ == nullptr) {
+    return absl::FailedPreconditionError("stop strings need the tokenizer, which the coordinator lacks");
+  }
+  r->text.emplace(tokenizer_, std::move(stop));
+  return r;
+}
+
+absl::StatusOr<std::shared_ptr<Request>> ClientApi::BuildScore(const v1::ScoreRequest& req) {
+  auto r = std::make_shared<Request>();
+  r->id = next_id_++;
+  r->kind = RequestKind::kScore;
+  if (req.input_case() == v1::ScoreRequest::kText) {
+    if (tokenizer_ == nullptr) return absl::FailedPreconditionError("no tokenizer; send ids");
+    if (req.text().empty()) return absl::InvalidArgumentError("the text is empty");
+    if (auto st = CheckTextLength(req.text().size(), "text"); !st.ok()) return st;
+    r->prompt = tokenizer_->Encode(req.text(), /*add_bos=*/true);
+    if (auto st = CheckIds(r->prompt.data(), r->prompt.size()); !st.ok()) return st;
+  } else if (req.input_case() == v1::ScoreRequest::kIds) {
+    if (req.ids().ids().empty()) return absl::InvalidArgumentError("the prompt is empty");
+    if (auto st = CheckIds(req.ids().ids().data(), req.ids().ids_size()); !st.ok()) return st;
+    r->prompt.assign(req.ids().ids().begin(), req.ids().ids().end());
+  } else {
+    return absl::InvalidArgumentError("the request has neither text nor ids");
+  }
+  const int64_t n = static_cast<int64_t>(r->prompt.size());
+  if (n > max_model_len_) {
+    return absl::OutOfRangeError(absl::StrCat(n, " tokens exceed ", max_model_len_ == config_.max_position_embeddings ? "the model's context" : "this server's limit", " of ", max_model_len_));
+  }
+  r->return_logits = req.return_logits();
+  if (r->return_logits && n * config_.vocab_size * 4 > kMaxLogitsBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("return_logits is limited to ", kMaxLogitsBytes / (config_.vocab_size * 4),
+                                                   " tokens at this vocabulary; ask for logprobs instead"));
+  }
+  return r;
+}
+
+absl::Status ClientApi::Follow(const std::shared_ptr<Request>& r, int64_t offset, bool owner, const Idle& idle,
+                               const Writer& write) {
+  int64_t sent = offset;
+  const auto prompt_tokens = static_cast<int>(r->prompt.size());
+  for (;;) {
+    v1::GenerateResponse msg;
+    bool done;
+    absl::Status error;
+    r->events.WaitThen(
+        [&](const RequestView& v) { return static_cast<int64_t>(v.tokens.size()) > sent || v.done(); }, kPoll,
+        [&](const RequestView& v) {
+          const int64_t n = static_cast<int64_t>(v.tokens.size());
+          msg.set_offset(sent);
+          std::string text;
+          for (int64_t i = sent; i < n; ++i) {
+            *msg.add_tokens() = v.tokens[i];
+            text += v.pieces[i];
+          }
+          sent = std::max(sent, n);
+          done = v.done();
+          error = v.error;
+          if (done && error.ok()) {
+            text += v.final_text;
+            msg.set_finish_reason(v.finish_reason);
+            msg.mutable_usage()->set_prompt_tokens(prompt_tokens);
+            msg.mutable_usage()->set_completion_tokens(static_cast<int>(n));
+            FillTimings(*r, v, msg.mutable_timings());
+          }
+          msg.set_text(text);
+        });
+    const bool has_news = msg.tokens_size() > 0 || !msg.text().empty() || (done && error.ok());
+    if ((has_news && !write(msg)) || (!has_news && !done && !idle())) {
+      if (owner) pipeline_->Cancel(r);
+      return ClientGone();
+    }
+    if (done) return error;
+  }
+}
+
+absl::StatusOr<v1::ScoreResponse> ClientApi::Score(const std::shared_ptr<Request>& r, const Idle& idle) {
+  if (auto st = pipeline_->Submit(r); !st.ok()) return st;
+  auto done = [](const RequestView& v) { return v.done(); };
+  while (!r->events.WaitThen(done, kPoll, [](const RequestView&) {})) {
+    if (!idle()) {
+      pipeline_->Cancel(r);
+      return ClientGone();
+    }
+  }
+  absl::StatusOr<v1::ScoreResponse> out;
+  r->events.Read([&](const RequestView& v) {
+    if (!v.error.ok()) {
+      out = v.error;
+    } else if (v.finish_reason == "cancelled") {
+      out = absl::CancelledError("cancelled");
+    } else {
+      v1::ScoreResponse resp;
+      for (int32_t id : r->prompt) resp.add_ids(id);
+      resp.add_logprobs(0.0f);
+      for (float lp : v.score_logprobs) resp.add_logprobs(lp);
+      *resp.mutable_logits() = {v.logits.begin(), v.logits.end()};
+      resp.set_vocab_size(config_.vocab_size);
+      out = std::move(resp);
+    }
+  });
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<Request>> ClientApi::SubmitJob(const v1::GenerateRequest& req,
+                                                              const ClientGate::Pass& pass,
+                                                              bool fill_max_new_tokens) {
+  auto r = BuildGenerate(req, fill_max_new_tokens);
+  if (!r.ok()) return r.status();
+  (*r)->job_id = NewJobId();
+  (*r)->owner = OwnerOf(pass);
+  if (auto st = pipeline_->Submit(*r); !st.ok()) return st;
+  std::lock_guard<std::mutex> lock(jobs_mu_);
+  jobs_[(*r)->job_id] = *r;
+  return r;
+}
+
+std::string ClientApi::OwnerOf(const ClientGate::Pass& pass) const {
+  return gate_ && gate_->authenticates() ? pass.client() : std::string();
+}
+
+bool ClientApi::MaySee(const Request& job, const ClientGate::Pass& pass) const {
+  return job.owner.empty() || job.owner == pass.client() || (gate_ && gate_->IsAdmin(pass.client()));
+}
+
+absl::StatusOr<std::shared_ptr<Request>> ClientApi::FindJob(const std::string& id, const ClientGate::Pass& pass) {
+  std::lock_guard<std::mutex> lock(jobs_mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !MaySee(*it->second, pass)) {
+    return absl::NotFoundError(absl::StrCat("unknown job id \"", id, "\""));
+  }
+  return it->second;
+}
+
+absl::Status ClientApi::CheckStreamOffset(const Request& job, int64_t offset) const {
+  if (offset < 0) return absl::InvalidArgumentError("offset must be >= 0");
+  // An offset past what the job has (when done) or can ever have (while running) would wait for
+  // nothing: say so instead of holding the stream open.
+  int64_t have = 0;
+  bool done = false;
+  job.events.Read([&](const RequestView& v) {
+    have = static_cast<int64_t>(v.tokens.size());
+    done = v.done();
+  });
+  const int64_t limit = done ? have : job.max_new_tokens;
+  if (offset > limit) {
+    return absl::OutOfRangeError(absl::StrCat("offset ", offset, " is past the end of job \"", job.job_id, "\", which ",
+                                              done ? "ended with " : "can produce at most ", limit, " tokens"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::shared_ptr<Request>> ClientApi::VisibleJobs(const ClientGate::Pass& pass) {
+  std::vector<std::shared_ptr<Request>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    for (auto& [id, r] : jobs_) {
+      if (MaySee(*r, pass)) jobs.push_back(r);
+    }
+  }
+  // In submission order (the ids themselves are random).
+  std::sort(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
+  return jobs;
+}
+
+void ClientApi::FillJobInfo(const Request& r, bool with_tokens, v1::JobInfo* info) {
+  info->set_job_id(r.job_id);
+  info->set_prompt_tokens(static_cast<int64_t>(r.prompt.size()));
+  r.events.Read([&](const RequestView& v) {
+    info->set_state(JobStateOf(v));
+    info->set_prefilled_tokens(v.prefilled);
+    info->set_generated_tokens(static_cast<int64_t>(v.tokens.size()));
+    info->set_finish_reason(v.finish_reason);
+    if (!v.error.ok()) info->set_error(std::string(v.error.message()));
+    if (with_tokens) {
+      std::string text;
+      for (size_t i = 0; i < v.tokens.size(); ++i) {
+        info->add_ids(v.tokens[i].id());
+        text += v.pieces[i];
+      }
+      info->set_text(text + v.final_text);
+    }
+  });
+}
+
+absl::StatusOr<std::vector<int32_t>> ClientApi::Tokenize(const v1::TokenizeRequest& req) const {
+  if (tokenizer_ == nullptr) return absl::FailedPreconditionError("the coordinator has no tokenizer");
+  if (auto st = CheckTextLength(req.text().size(), "text"); !st.ok()) return st;
+  return req.chat() ? BuildChatPrompt(*tokenizer_, req.text()) : tokenizer_->Encode(req.text(), req.add_bos());
+}
+
+absl::StatusOr<std::string> ClientApi::Detokenize(const v1::DetokenizeRequest& req) const {
+  if (tokenizer_ == nullptr) return absl::FailedPreconditionError("the coordinator has no tokenizer");
+  // The model's vocabulary, as Generate and Score check it (the tokenizer knows one id more).
+  if (auto st = CheckIds(req.ids().data(), req.ids_size()); !st.ok()) return st;
+  return tokenizer_->Decode({req.ids().data(), static_cast<size_t>(req.ids_size())}, req.skip_special_tokens());
+}
+
+}  // namespace layerpipe
