@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 #include "engine/tokenizer/chat_format.h"
 #include "proto/sampling_params.h"
 
@@ -18,6 +19,8 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kMaxLogitsBytes = int64_t{256} << 20;
 constexpr int kMaxTopLogprobs = 20;
 constexpr absl::Duration kPoll = absl::Milliseconds(100);
+// Generated tokens of a request that does not say (OpenAI's max_tokens left out), below --max-new-tokens.
+constexpr int64_t kDefaultMaxNewTokens = 4096;
 
 // Input bytes one token can stand for at most: its spelling's length (byte-fallback tokens stand for one).
 int64_t MaxTokenBytes(const Tokenizer* tokenizer) {
@@ -31,7 +34,7 @@ int64_t MaxTokenBytes(const Tokenizer* tokenizer) {
 
 // Job ids are 128 random bits: holding one is the only way to name a job, so they cannot be guessed
 // or enumerated.
-std::string NewJobId() {
+std::string RandomJobId() {
   std::random_device rd;
   uint64_t hi = (uint64_t{rd()} << 32) | rd(), lo = (uint64_t{rd()} << 32) | rd();
   return absl::StrFormat("job-%016x%016x", hi, lo);
@@ -49,18 +52,6 @@ void FillTimings(const Request& r, const RequestView& v, v1::Timings* t) {
     const size_t n = v.tokens.size();
     if (n > 1 && decode_s > 0) t->set_decode_tokens_per_s((n - 1) / decode_s);
   }
-}
-
-v1::JobState JobStateOf(const RequestView& v) {
-  switch (v.state) {
-    case RequestState::kQueued: return v1::JOB_QUEUED;
-    case RequestState::kPrefilling: return v.tokens.empty() ? v1::JOB_PREFILLING : v1::JOB_DECODING;
-    case RequestState::kDecoding: return v1::JOB_DECODING;
-    case RequestState::kDone:
-      if (!v.error.ok()) return v1::JOB_FAILED;
-      return v.finish_reason == "cancelled" ? v1::JOB_CANCELLED : v1::JOB_SUCCEEDED;
-  }
-  return v1::JOB_STATE_UNSPECIFIED;
 }
 
 absl::Status ClientGone() { return absl::CancelledError("the client went away"); }
@@ -100,7 +91,24 @@ int64_t ClientApi::MaxRequestBytes() const {
 
 absl::StatusOr<ClientGate::Pass> ClientApi::Admit(absl::string_view authorization, absl::string_view peer) {
   if (!gate_) return ClientGate::Pass();
-  return gate_->Admit(authorization, peer);
+  auto pass = gate_->Admit(authorization, peer);
+  if (!pass.ok()) {
+    // The gate's RESOURCE_EXHAUSTED is a client over its limit.
+    pipeline_->OnRefused(absl::IsResourceExhausted(pass.status()) ? "rate_limited" : RefusalReason(pass.status()));
+  }
+  return pass;
+}
+
+absl::Status ClientApi::Refused(absl::Status status) const {
+  pipeline_->OnRefused(RefusalReason(status));
+  return status;
+}
+
+absl::StatusOr<std::shared_ptr<Request>> ClientApi::BuildGenerate(const v1::GenerateRequest& req,
+                                                                  bool fill_max_new_tokens) {
+  auto r = Build(req, fill_max_new_tokens);
+  if (!r.ok()) return Refused(r.status());
+  return r;
 }
 
 absl::Status ClientApi::CheckIds(const int32_t* ids, size_t n) const {
@@ -148,8 +156,7 @@ absl::StatusOr<std::vector<int32_t>> ClientApi::PromptOf(const v1::GenerateReque
   }
 }
 
-absl::StatusOr<std::shared_ptr<Request>> ClientApi::BuildGenerate(const v1::GenerateRequest& req,
-                                                                  bool fill_max_new_tokens) {
+absl::StatusOr<std::shared_ptr<Request>> ClientApi::Build(const v1::GenerateRequest& req, bool fill_max_new_tokens) {
   auto r = std::make_shared<Request>();
   r->id = next_id_++;
   auto prompt = PromptOf(req);
@@ -167,8 +174,9 @@ absl::StatusOr<std::shared_ptr<Request>> ClientApi::BuildGenerate(const v1::Gene
   }
   int64_t max_new = req.max_new_tokens();
   if (max_new == 0 && fill_max_new_tokens) {
-    max_new = max_model_len_ - prompt_tokens;
-    if (max_new_tokens_ > 0) max_new = std::min<int64_t>(max_new, max_new_tokens_);
+    // The KV cache is reserved for a request's whole budget: "the rest of the context" would reserve
+    // the whole context for every request that leaves max_tokens out.
+    max_new = std::min<int64_t>(max_model_len_ - prompt_tokens, max_new_tokens_ > 0 ? max_new_tokens_ : kDefaultMaxNewTokens);
   }
   if (max_new <= 0) return absl::InvalidArgumentError(absl::StrCat("max_new_tokens must be positive, got ", max_new));
   if (max_new_tokens_ > 0 && max_new > max_new_tokens_) {
@@ -202,6 +210,12 @@ absl::StatusOr<std::shared_ptr<Request>> ClientApi::BuildGenerate(const v1::Gene
 }
 
 absl::StatusOr<std::shared_ptr<Request>> ClientApi::BuildScore(const v1::ScoreRequest& req) {
+  auto r = BuildScoreRequest(req);
+  if (!r.ok()) return Refused(r.status());
+  return r;
+}
+
+absl::StatusOr<std::shared_ptr<Request>> ClientApi::BuildScoreRequest(const v1::ScoreRequest& req) {
   auto r = std::make_shared<Request>();
   r->id = next_id_++;
   r->kind = RequestKind::kScore;
@@ -297,17 +311,139 @@ absl::StatusOr<v1::ScoreResponse> ClientApi::Score(const std::shared_ptr<Request
   return out;
 }
 
+absl::StatusOr<std::string> ClientApi::NewJobId() const {
+  for (;;) {
+    std::string id = RandomJobId();
+    // Never an id a job had before, even one long deleted (a collision of 128 random bits is
+    // unlikely, but a client's old id must never name another client's new job).
+    if (journal_ == nullptr || journal_->store() == nullptr) return id;
+    auto issued = journal_->store()->WasIssued(id);
+    if (!issued.ok()) return issued.status();
+    if (!*issued) return id;
+  }
+}
+
 absl::StatusOr<std::shared_ptr<Request>> ClientApi::SubmitJob(const v1::GenerateRequest& req,
                                                               const ClientGate::Pass& pass,
                                                               bool fill_max_new_tokens) {
   auto r = BuildGenerate(req, fill_max_new_tokens);
   if (!r.ok()) return r.status();
-  (*r)->job_id = NewJobId();
+  auto id = NewJobId();
+  if (!id.ok()) return id.status();
+  (*r)->job_id = *std::move(id);
   (*r)->owner = OwnerOf(pass);
   if (auto st = pipeline_->Submit(*r); !st.ok()) return st;
+  if (journal_) {
+    // The request as it runs (its token budget decided), so that a restart rebuilds the same job.
+    v1::GenerateRequest effective = req;
+    effective.set_max_new_tokens((*r)->max_new_tokens);
+    if (auto st = journal_->Add(*r, effective.SerializeAsString()); !st.ok()) {
+      pipeline_->Cancel(*r);
+      return absl::UnavailableError(absl::StrCat("the job could not be recorded: ", st.message()));
+    }
+  }
   std::lock_guard<std::mutex> lock(jobs_mu_);
   jobs_[(*r)->job_id] = *r;
   return r;
+}
+
+absl::Status ClientApi::StartJobs(JobStore* store, JobJournalOptions options) {
+  journal_ = std::make_unique<JobJournal>(store, options, [this](absl::Time cutoff) { ExpireJobs(cutoff); });
+  if (store != nullptr) {
+    auto stored = store->LoadAll();
+    if (!stored.ok()) return stored.status();
+    int64_t resumed = 0;
+    for (const StoredJob& job : *stored) {
+      std::shared_ptr<Request> r = Restore(job);
+      resumed += r->done() ? 0 : 1;
+      std::lock_guard<std::mutex> lock(jobs_mu_);
+      jobs_[job.job_id] = std::move(r);
+    }
+    LP_LOG(INFO) << "restored " << stored->size() << " jobs, " << resumed << " of them resumed";
+  }
+  journal_->Start();
+  return absl::OkStatus();
+}
+
+std::shared_ptr<Request> ClientApi::Restore(const StoredJob& stored) {
+  v1::GenerateRequest req;
+  absl::StatusOr<std::shared_ptr<Request>> built = absl::DataLossError("its stored request does not parse");
+  if (req.ParseFromString(stored.request)) built = Build(req, /*fill_max_new_tokens=*/false);
+  std::shared_ptr<Request> r;
+  if (built.ok() && static_cast<int64_t>((*built)->prompt.size()) != stored.prompt_tokens) {
+    built = absl::FailedPreconditionError(absl::StrCat("its prompt is ", (*built)->prompt.size(), " tokens now, ",
+                                                       stored.prompt_tokens, " when submitted (another tokenizer?)"));
+  }
+  if (built.ok()) {
+    r = *built;
+  } else {
+    r = std::make_shared<Request>();
+    r->id = next_id_++;
+  }
+  r->job_id = stored.job_id;
+  r->owner = stored.owner;
+  r->created = JobJournal::SteadyOf(stored.created_unix_ms);
+  // The stored tokens, through the text stream again: the same text, and the stop checks where they were.
+  std::vector<v1::TokenInfo> tokens(stored.tokens.size());
+  std::vector<std::string> pieces;
+  std::string final_text;
+  StopChecker::Reason reason = StopChecker::Reason::kNone;
+  for (size_t i = 0; built.ok() && i < stored.tokens.size() && reason == StopChecker::Reason::kNone; ++i) {
+    if (!tokens[i].ParseFromString(stored.tokens[i])) {
+      built = absl::DataLossError(absl::StrCat("its stored token ", i, " does not parse"));
+      break;
+    }
+    TextStream::Step step = r->text->Push(tokens[i].id());
+    r->generated.push_back(tokens[i].id());
+    pieces.push_back(std::move(step.text));
+    final_text = std::move(step.final_text);
+    reason = step.reason;
+  }
+  tokens.resize(pieces.size());
+  const bool final = IsFinal(stored.state);
+  const bool ended_unrecorded = !final && built.ok() && reason != StopChecker::Reason::kNone;
+  std::string finish_reason = stored.finish_reason;
+  absl::Status error = final ? JobJournal::DecodeError(stored.error) : built.status();
+  if (ended_unrecorded) finish_reason = reason == StopChecker::Reason::kMaxTokens ? "length" : "stop";
+  if (!final && !built.ok()) finish_reason = "error";
+  const bool done = final || ended_unrecorded || !built.ok();
+  if (done) r->state = RequestState::kDone;
+  r->events.Publish([&](RequestView& v) {
+    v.tokens = tokens;
+    v.pieces = pieces;
+    v.prefilled = std::min<int64_t>(stored.prefilled, static_cast<int64_t>(r->prompt.size()));
+    if (!done) return;
+    v.state = RequestState::kDone;
+    v.final_text = final_text;
+    v.finish_reason = finish_reason;
+    v.error = error;
+    v.finished = stored.finished_unix_ms > 0 ? JobJournal::SteadyOf(stored.finished_unix_ms) : Request::Clock::now();
+  });
+  if (!done) {
+    journal_->Follow(r, static_cast<int64_t>(tokens.size()));
+    if (auto st = pipeline_->Submit(r); !st.ok()) {
+      r->state = RequestState::kDone;
+      r->events.Publish([&](RequestView& v) {
+        v.state = RequestState::kDone;
+        v.finish_reason = "error";
+        v.error = st;
+        v.finished = Request::Clock::now();
+      });
+    }
+  } else if (!final) {
+    journal_->WriteEnd(r, static_cast<int64_t>(tokens.size()));
+  }
+  return r;
+}
+
+void ClientApi::ExpireJobs(absl::Time cutoff) {
+  const auto cutoff_steady = JobJournal::SteadyOf(absl::ToUnixMillis(cutoff));
+  std::lock_guard<std::mutex> lock(jobs_mu_);
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    bool expired = false;
+    it->second->events.Read([&](const RequestView& v) { expired = v.done() && v.finished && *v.finished < cutoff_steady; });
+    it = expired ? jobs_.erase(it) : std::next(it);
+  }
 }
 
 std::string ClientApi::OwnerOf(const ClientGate::Pass& pass) const {

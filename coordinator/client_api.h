@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/client_gate.h"
+#include "coordinator/jobs/job_journal.h"
 #include "coordinator/pipeline.h"
 #include "engine/model/config.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -74,6 +75,18 @@ class ClientApi {
   std::vector<std::shared_ptr<Request>> VisibleJobs(const ClientGate::Pass& pass);  // in submission order
   static void FillJobInfo(const Request& r, bool with_tokens, v1::JobInfo* info);
 
+  // Durable jobs: records in `store` (null: in memory only), finished ones forgotten after the
+  // retention. Restores every stored job first — unfinished ones resubmitted, replaying what they had
+  // generated (the same tokens as an undisturbed run, since sampling resumes its stream) — and then
+  // journals them. Call once the pipeline serves, before clients come.
+  absl::Status StartJobs(JobStore* store, JobJournalOptions options);
+  // Forgets finished jobs that ended before `cutoff`.
+  void ExpireJobs(absl::Time cutoff);
+
+  // Counts a refusal in the metrics (layerpipe_requests_refused_total) and returns it: the checks here
+  // count their own; a front end counts those it makes itself (a body that does not parse).
+  absl::Status Refused(absl::Status status) const;
+
   // Tokenize/Detokenize with the same checks as generation.
   absl::StatusOr<std::vector<int32_t>> Tokenize(const v1::TokenizeRequest& req) const;
   absl::StatusOr<std::string> Detokenize(const v1::DetokenizeRequest& req) const;
@@ -83,7 +96,14 @@ class ClientApi {
   // OUT_OF_RANGE when a text of `bytes` cannot fit the context, checked before tokenizing it.
   absl::Status CheckTextLength(size_t bytes, const char* what) const;
   absl::StatusOr<std::vector<int32_t>> PromptOf(const v1::GenerateRequest& req) const;
+  // BuildGenerate and BuildScore without counting their refusals (a restored job is no client's request).
+  absl::StatusOr<std::shared_ptr<Request>> Build(const v1::GenerateRequest& req, bool fill_max_new_tokens);
+  absl::StatusOr<std::shared_ptr<Request>> BuildScoreRequest(const v1::ScoreRequest& req);
+
   bool MaySee(const Request& job, const ClientGate::Pass& pass) const;
+  absl::StatusOr<std::string> NewJobId() const;
+  // One stored job as a Request again: ended, or resubmitted.
+  std::shared_ptr<Request> Restore(const StoredJob& stored);
   // Who owns what `pass` submits: its token's name, or nobody when clients are not told apart.
   std::string OwnerOf(const ClientGate::Pass& pass) const;
 
@@ -98,6 +118,7 @@ class ClientApi {
   std::atomic<uint64_t> next_id_{1};
   std::mutex jobs_mu_;
   std::map<std::string, std::shared_ptr<Request>> jobs_;
+  std::unique_ptr<JobJournal> journal_;
 };
 
 }  // namespace layerpipe

@@ -58,7 +58,8 @@ absl::StatusOr<ClientGate::Pass> ClientGate::Admit(absl::string_view authorizati
   } else {
     client = PeerWithoutPort(peer);
   }
-  if (options_.max_concurrent_per_client <= 0) return Pass();
+  // Without a limit nothing is counted, but the client is still named: jobs belong to it.
+  if (options_.max_concurrent_per_client <= 0) return Pass(nullptr, std::move(client));
   std::lock_guard<std::mutex> lock(mu_);
   int& n = open_[client];
   if (n >= options_.max_concurrent_per_client) {

@@ -29,6 +29,10 @@ ABSL_FLAG(std::string, http_listen, "",
 ABSL_FLAG(std::string, served_model_name, "", "the model name the HTTP API answers to (default: the --model directory's name)");
 ABSL_FLAG(int64_t, max_model_len, 0, "prompt + generated tokens a request may use (0: the model's context)");
 ABSL_FLAG(int32_t, max_new_tokens, 0, "generated tokens a request may ask for (0: no cap below --max-model-len)");
+ABSL_FLAG(std::string, state_dir, "",
+          "keep jobs in an SQLite database in this directory, so that they survive a restart (empty: in memory only)");
+ABSL_FLAG(absl::Duration, job_retention, layerpipe::CoordinatorSettings().job_retention,
+          "how long finished jobs are kept before they are deleted");
 
 namespace layerpipe {
 
@@ -47,6 +51,8 @@ void ReadSharedCoordinatorFlags(CoordinatorSettings* s) {
   s->served_model_name = absl::GetFlag(FLAGS_served_model_name);
   s->max_model_len = absl::GetFlag(FLAGS_max_model_len);
   s->max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  s->state_dir = absl::GetFlag(FLAGS_state_dir);
+  s->job_retention = absl::GetFlag(FLAGS_job_retention);
 }
 
 }  // namespace layerpipe

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/process_metrics.h"
+
 namespace layerpipe {
 namespace {
 
@@ -17,6 +19,29 @@ std::vector<double> InterTokenBuckets() { return ExponentialBuckets(0.001, 2, 13
 std::vector<double> DurationBuckets() { return ExponentialBuckets(0.01, 2, 17); }
 
 }  // namespace
+
+static_assert(kRefusalReasons[std::size(kRefusalReasons) - 1] == "other", "OnRefused counts unknown reasons last");
+
+std::string RefusalReason(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return "unauthenticated";
+    case absl::StatusCode::kResourceExhausted:
+      return "resource_exhausted";
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+      return "invalid";
+    case absl::StatusCode::kOutOfRange:
+      return "too_long";
+    case absl::StatusCode::kNotFound:
+      return "not_found";
+    case absl::StatusCode::kUnavailable:
+      return "unavailable";
+    default:
+      return "other";
+  }
+}
 
 CoordinatorMetrics::CoordinatorMetrics(const std::vector<std::string>& addresses,
                                        const std::vector<LayerRange>& ranges)
@@ -38,6 +63,13 @@ CoordinatorMetrics::CoordinatorMetrics(const std::vector<std::string>& addresses
                                 DurationBuckets(), {{"kind", KindName(kind)}});
     Requests(kind, absl::StatusCode::kOk);  // present (at 0) from the start
   }
+  for (size_t i = 0; i < std::size(kRefusalReasons); ++i) {
+    refused_[i] = &registry_.GetCounter("layerpipe_requests_refused_total",
+                                        "Requests refused before they reached the pipeline, by reason.",
+                                        {{"reason", std::string(kRefusalReasons[i])}});
+  }
+  RegisterBuildInfo(registry_);
+  RegisterProcessMetrics(registry_);
   registry_.AddCallback("layerpipe_tokens_per_second", "Generated tokens per second over the last 10 s.",
                         MetricType::kGauge, {}, [this] { return token_rate_.PerSecond(); });
 
@@ -121,6 +153,12 @@ void CoordinatorMetrics::OnFinished(const Request& r) {
 }
 
 void CoordinatorMetrics::OnRecovery() { recoveries_.Increment(); }
+
+void CoordinatorMetrics::OnRefused(absl::string_view reason) {
+  size_t i = 0;
+  while (i + 1 < std::size(kRefusalReasons) && kRefusalReasons[i] != reason) ++i;  // the last is "other"
+  refused_[i]->Increment();
+}
 
 void CoordinatorMetrics::OnStageStatus(size_t stage, const internal::v1::WorkerStatus* status) {
   if (stage >= stages_.size()) return;

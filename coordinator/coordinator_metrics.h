@@ -1,17 +1,20 @@
 // What the coordinator exports for Prometheus (docs/metrics.md lists every name): request outcomes,
 // token counts and latencies pushed by the pipeline as they happen, the pipeline's levels read at
-// scrape time, and each stage's KV and time as its worker last reported them.
+// scrape time, each stage's KV and time as its worker last reported them, requests the API front
+// ends refused, and (common/process_metrics.h) the build's version and the process's resources.
 #ifndef LAYERPIPE_COORDINATOR_COORDINATOR_METRICS_H_
 #define LAYERPIPE_COORDINATOR_COORDINATOR_METRICS_H_
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "common/metrics.h"
 #include "common/sliding_rate.h"
 #include "coordinator/scheduling/planner.h"
@@ -19,6 +22,24 @@
 #include "proto/internal.pb.h"
 
 namespace layerpipe {
+
+// The reasons layerpipe_requests_refused_total counts (every one exported from the start, at 0).
+inline constexpr absl::string_view kRefusalReasons[] = {
+    "unauthenticated",     // no or a bad token, or a token without the permission
+    "rate_limited",        // the client gate's limits (its RESOURCE_EXHAUSTED)
+    "resource_exhausted",  // any other RESOURCE_EXHAUSTED
+    "invalid",             // bad arguments, unparsable requests
+    "too_long",            // prompt or requested length past the limits
+    "not_found",           // an unknown job or resource
+    "unavailable",         // not serving
+    "other",               // anything else (and any reason not in this list)
+};
+
+// The refusal reason of `status` (not OK): UNAUTHENTICATED and PERMISSION_DENIED → "unauthenticated",
+// RESOURCE_EXHAUSTED → "resource_exhausted" (the caller passes "rate_limited" itself when the client
+// gate refused), INVALID_ARGUMENT and FAILED_PRECONDITION → "invalid", OUT_OF_RANGE → "too_long",
+// NOT_FOUND → "not_found", UNAVAILABLE → "unavailable", any other code (OK too) → "other".
+std::string RefusalReason(const absl::Status& status);
 
 class CoordinatorMetrics {
  public:
@@ -50,6 +71,10 @@ class CoordinatorMetrics {
   // After r's finish_reason, error and finished are set.
   void OnFinished(const Request& r);
   void OnRecovery();
+  // A request an API front end refused before it reached the pipeline (authentication, parsing,
+  // length checks, the client gate); Pipeline::Submit's own refusals count in OnSubmit instead.
+  // `reason` is one of kRefusalReasons (see RefusalReason); anything else counts as "other".
+  void OnRefused(absl::string_view reason);
   // A health probe of stage `stage`: its worker's status, or null when it did not answer.
   void OnStageStatus(size_t stage, const internal::v1::WorkerStatus* status);
 
@@ -71,6 +96,7 @@ class CoordinatorMetrics {
   Counter& prompt_tokens_;
   Counter& generated_tokens_;
   Counter& recoveries_;
+  Counter* refused_[std::size(kRefusalReasons)];  // by index in kRefusalReasons
   Histogram& ttft_;
   Histogram& inter_token_;
   Histogram& queue_wait_;

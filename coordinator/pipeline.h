@@ -74,6 +74,8 @@ class Pipeline {
 
   // What /metrics serves (docs/metrics.md).
   MetricsRegistry& metrics() { return metrics_.registry(); }
+  // A request the API refused before submitting it (layerpipe_requests_refused_total).
+  void OnRefused(absl::string_view reason) { metrics_.OnRefused(reason); }
 
  private:
   struct Stage {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -38,6 +39,19 @@ struct RequestView {
   bool done() const { return state == RequestState::kDone; }
 };
 
+// A generation job's state as the API reports it (JobInfo.state).
+inline v1::JobState JobStateOf(const RequestView& v) {
+  switch (v.state) {
+    case RequestState::kQueued: return v1::JOB_QUEUED;
+    case RequestState::kPrefilling: return v.tokens.empty() ? v1::JOB_PREFILLING : v1::JOB_DECODING;
+    case RequestState::kDecoding: return v1::JOB_DECODING;
+    case RequestState::kDone:
+      if (!v.error.ok()) return v1::JOB_FAILED;
+      return v.finish_reason == "cancelled" ? v1::JOB_CANCELLED : v1::JOB_SUCCEEDED;
+  }
+  return v1::JOB_STATE_UNSPECIFIED;
+}
+
 class RequestEvents {
  public:
   // Applies `update` to the view and wakes every waiter.
@@ -48,7 +62,12 @@ class RequestEvents {
       update(view_);
     }
     changed_.notify_all();
+    if (observer_) observer_();
   }
+
+  // Called after every Publish, on the publishing thread (the pipeline's: it must be cheap and must not
+  // read back into the pipeline). Set before the request is submitted; the job journal wakes on it.
+  void SetObserver(std::function<void()> observer) { observer_ = std::move(observer); }
 
   // Waits until `ready(view)` holds or `timeout` passes, then calls `read(view)` under the lock.
   // Returns whether `ready` held.
@@ -70,6 +89,7 @@ class RequestEvents {
   mutable std::mutex mu_;
   std::condition_variable changed_;
   RequestView view_;
+  std::function<void()> observer_;
 };
 
 }  // namespace layerpipe

@@ -122,6 +122,14 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
     return usage(absl::StrCat("--max-model-len must be in [0, ", config->max_position_embeddings, "] (the model's context)"));
   }
   if (s.max_new_tokens < 0) return usage("--max-new-tokens must be >= 0");
+  if (s.job_retention <= absl::ZeroDuration()) return usage("--job-retention must be positive");
+  // Opened before anything serves: a database that is not ours stops the start, with its path.
+  std::unique_ptr<JobStore> job_store;
+  if (!s.state_dir.empty()) {
+    auto store = JobStore::Open(s.state_dir);
+    if (!store.ok()) return fail(absl::StrCat("--state-dir: ", store.status().message()));
+    job_store = *std::move(store);
+  }
   ClientApi client_api(*config, tokenizer.get(), *stop_ids, &pipeline, security->gate,
                        ClientLimits{s.max_model_len, s.max_new_tokens});
   LayerPipeService api(&client_api);
@@ -171,6 +179,12 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
   if (auto st = pipeline.Start(self, s.startup_timeout); !st.ok()) {
     server->Shutdown();
     return fail(absl::StrCat("the pipeline did not start: ", st.message()));
+  }
+  JobJournalOptions jobs;
+  jobs.retention = s.job_retention;
+  if (auto st = client_api.StartJobs(job_store.get(), jobs); !st.ok()) {
+    server->Shutdown();
+    return fail(absl::StrCat("--state-dir: cannot restore the jobs: ", st.message()));
   }
   for (size_t i = 0; i < ranges.size(); ++i) {
     LP_LOG(INFO) << "stage " << i << " at " << s.workers[i] << " serves layers " << ranges[i].begin << "-"

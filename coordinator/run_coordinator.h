@@ -38,6 +38,10 @@ struct CoordinatorSettings {
   std::string http_listen, served_model_name;
   int64_t max_model_len = 0;   // 0: the model's context
   int32_t max_new_tokens = 0;  // 0: no cap
+  // Durable jobs: the directory of their database (empty: jobs live in memory only), and how long
+  // finished jobs are kept.
+  std::string state_dir;
+  absl::Duration job_retention = absl::Hours(24);
   CoordinatorSecurityFlags security;
 };
 

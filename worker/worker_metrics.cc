@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "common/process_metrics.h"
+
 namespace layerpipe {
 namespace {
 
@@ -49,6 +51,8 @@ WorkerMetrics::WorkerMetrics(std::function<Levels()> read)
   level("layerpipe_worker_transfer_seconds_total",
         "Time spent sending frames to the next stage and results to the coordinator.", MetricType::kCounter, {},
         [](const Levels& l) { return l.transfer_seconds; });
+  RegisterBuildInfo(registry_);
+  RegisterProcessMetrics(registry_);
 }
 
 void WorkerMetrics::OnStep(double compute_seconds) {

@@ -1,6 +1,6 @@
 // What a worker exports for Prometheus (docs/metrics.md lists every name). Counts are pushed by the
 // compute and RPC paths; levels (KV, sequences, queues, idle time) are read from the service at
-// scrape time.
+// scrape time; the build's version and the process's resources too (common/process_metrics.h).
 #ifndef LAYERPIPE_WORKER_WORKER_METRICS_H_
 #define LAYERPIPE_WORKER_WORKER_METRICS_H_
 

@@ -188,7 +188,11 @@ void HttpServer::Route() {
   // Whatever httplib answers by itself (no such route, a body over the limit) still gets OpenAI's shape.
   s.set_error_handler([](const httplib::Request& q, httplib::Response& r) {
     if (!r.body.empty()) return;
-    const std::string msg = r.status == 413 ? "the request body is larger than this server accepts"
+    // cpp-httplib caps form-encoded bodies (curl -d without a Content-Type) at 8 KiB.
+    const bool form = absl::StartsWith(q.get_header_value("Content-Type"), "application/x-www-form-urlencoded");
+    const std::string msg = r.status == 413 && form ? "a body sent as application/x-www-form-urlencoded is limited to 8 KiB; "
+                                                      "send it as Content-Type: application/json"
+                            : r.status == 413 ? "the request body is larger than this server accepts"
                             : r.status == 404 ? absl::StrCat("no route ", q.method, " ", q.path)
                                               : absl::StrCat("HTTP ", r.status);
     WriteError(r, MakeHttpError(r.status, msg));
@@ -206,14 +210,10 @@ void HttpServer::Route() {
 }
 
 void HttpServer::Health(httplib::Response& res) {
-  const v1::ClusterStatusResponse status = api_->pipeline()->Status();
-  bool serving = status.ready();
-  json stages = json::array();
-  for (const v1::StageStatus& st : status.stages()) {
-    serving = serving && st.health() == "serving";
-    stages.push_back({{"stage", st.stage()}, {"address", st.address()}, {"health", st.health()}});
-  }
-  WriteJson(res, serving ? 200 : 503, {{"status", serving ? "ok" : "unavailable"}, {"stages", stages}});
+  // What the pipeline's own health probes last found (a stage lost means not ready until it is
+  // replaced): a probe of this endpoint, which needs no token, never reaches the workers.
+  const bool serving = api_->pipeline()->ready();
+  WriteJson(res, serving ? 200 : 503, {{"status", serving ? "ok" : "unavailable"}});
 }
 
 void HttpServer::Models(httplib::Response& res) {
@@ -221,7 +221,7 @@ void HttpServer::Models(httplib::Response& res) {
                       {"object", "model"},
                       {"created", 0},
                       {"owned_by", "layerpipe"},
-                      {"max_model_len", api_->config().max_position_embeddings}};
+                      {"max_model_len", api_->max_model_len()}};
   WriteJson(res, 200, {{"object", "list"}, {"data", json::array({model})}});
 }
 
@@ -229,9 +229,12 @@ void HttpServer::ChatOrCompletion(const httplib::Request& req, httplib::Response
   auto pass = std::make_shared<ClientGate::Pass>();
   if (!Admit(req, res, pass.get())) return;
   const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return WriteError(res, MakeHttpError(400, "the body is not valid JSON"));
+  if (body.is_discarded()) {
+    api_->Refused(absl::InvalidArgumentError("the body is not valid JSON"));
+    return WriteError(res, MakeHttpError(400, "the body is not valid JSON"));
+  }
   auto call = chat ? ParseChatCompletion(body, options_.defaults) : ParseCompletion(body, options_.defaults);
-  if (!call.ok()) return WriteError(res, BodyError(call.status()));
+  if (!call.ok()) return WriteError(res, BodyError(api_->Refused(call.status())));
   auto r = api_->BuildGenerate(call->request, /*fill_max_new_tokens=*/true);
   if (!r.ok()) return WriteError(res, ToHttpError(r.status()));
   if (auto st = api_->pipeline()->Submit(*r); !st.ok()) return WriteError(res, ToHttpError(st, /*permanent=*/true));
@@ -276,11 +279,14 @@ void HttpServer::SubmitJob(const httplib::Request& req, httplib::Response& res) 
   ClientGate::Pass pass;
   if (!Admit(req, res, &pass)) return;
   const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) return WriteError(res, MakeHttpError(400, "the body is not a JSON object"));
+  if (body.is_discarded() || !body.is_object()) {
+    api_->Refused(absl::InvalidArgumentError("the body is not a JSON object"));
+    return WriteError(res, MakeHttpError(400, "the body is not a JSON object"));
+  }
   // A job is a chat or completions request that outlives its connection.
   const bool chat = body.contains("messages");
   auto call = chat ? ParseChatCompletion(body, options_.defaults) : ParseCompletion(body, options_.defaults);
-  if (!call.ok()) return WriteError(res, BodyError(call.status()));
+  if (!call.ok()) return WriteError(res, BodyError(api_->Refused(call.status())));
   if (call->stream) return WriteError(res, MakeHttpError(400, "a job is followed at /v1/jobs/{id}/stream, not streamed", "", "stream"));
   auto r = api_->SubmitJob(call->request, pass, /*fill_max_new_tokens=*/true);
   if (!r.ok()) return WriteError(res, ToHttpError(r.status(), absl::IsResourceExhausted(r.status())));

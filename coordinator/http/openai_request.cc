@@ -55,7 +55,8 @@ class Body {
     if (absl::Status _st = (expr); !_st.ok()) return _st; \
   } while (0)
 
-// Fields OpenAI defines that this server does not implement: refused unless they ask for nothing.
+// Fields OpenAI defines that this server does not implement: the first group refused whenever present
+// (even empty: a client that sends tools expects them to work), the rest unless they ask for nothing.
 absl::Status RefuseUnsupported(const Body& b) {
   for (const char* key : {"tools", "functions", "tool_choice", "function_call", "suffix", "audio", "prediction",
                           "modalities", "web_search_options", "parallel_tool_calls"}) {
@@ -146,7 +147,9 @@ absl::Status ParseCommon(const Body& b, const OpenAiDefaults& d, OpenAiCall* cal
   if (b.Has("stop_token_ids")) {  // vLLM's extension
     if (!b["stop_token_ids"].is_array()) return Bad("stop_token_ids", "must be an array of token ids");
     for (const json& id : b["stop_token_ids"]) {
-      if (!id.is_number_integer()) return Bad("stop_token_ids", "must be an array of token ids");
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        return Bad("stop_token_ids", "must be an array of non-negative token ids");
+      }
       req.add_stop_ids(id.get<int32_t>());
     }
   }

@@ -9,3 +9,9 @@ add_test(NAME coordinator_behaviour
                  --bin ${CMAKE_BINARY_DIR}/bin --src ${PROJECT_SOURCE_DIR}
                  --work ${CMAKE_BINARY_DIR}/test_data/coordinator)
 set_tests_properties(coordinator_behaviour PROPERTIES TIMEOUT 300)
+# Jobs through coordinator kills and restarts (--state-dir), retention, and databases that are not ours.
+add_test(NAME durable_jobs
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/coordinator/durable_jobs_test.py
+                 --bin ${CMAKE_BINARY_DIR}/bin --src ${PROJECT_SOURCE_DIR}
+                 --work ${CMAKE_BINARY_DIR}/test_data/durable_jobs)
+set_tests_properties(durable_jobs PROPERTIES TIMEOUT 600)

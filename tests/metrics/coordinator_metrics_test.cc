@@ -2,9 +2,15 @@
 // stages' KV from their status.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
+#include "common/version.h"
 #include "coordinator/coordinator_metrics.h"
 
 namespace layerpipe {
@@ -110,6 +116,90 @@ TEST(CoordinatorMetrics, LevelsAndStagesFromTheirSources) {
   }
   levels.ready = false;
   EXPECT_TRUE(Has(m.registry().Render(), "layerpipe_ready 0"));
+}
+
+std::string Refused(const std::string& reason, int n) {
+  return "layerpipe_requests_refused_total{reason=\"" + reason + "\"} " + std::to_string(n);
+}
+
+TEST(CoordinatorMetrics, RefusalsCountedByReasonEveryReasonFromZero) {
+  CoordinatorMetrics m = TwoStages();
+  const std::vector<std::string> all = {"unauthenticated", "rate_limited", "resource_exhausted", "invalid",
+                                        "too_long",        "not_found",    "unavailable",        "other"};
+  ASSERT_EQ(std::size(kRefusalReasons), all.size());
+  std::string text = m.registry().Render();
+  EXPECT_TRUE(Has(text, "# TYPE layerpipe_requests_refused_total counter")) << text;
+  for (const std::string& reason : all) EXPECT_TRUE(Has(text, Refused(reason, 0))) << reason << " not in\n" << text;
+
+  m.OnRefused("unauthenticated");
+  m.OnRefused("unauthenticated");
+  m.OnRefused("rate_limited");
+  m.OnRefused(RefusalReason(absl::InvalidArgumentError("bad json")));
+  m.OnRefused(RefusalReason(absl::OutOfRangeError("prompt too long")));
+  m.OnRefused(RefusalReason(absl::OutOfRangeError("max_tokens too big")));
+  m.OnRefused(RefusalReason(absl::InternalError("?")));
+  m.OnRefused("no such reason");  // kept out of the label set: counts as other
+  text = m.registry().Render();
+  for (const std::string& line : {Refused("unauthenticated", 2), Refused("rate_limited", 1), Refused("invalid", 1),
+                                  Refused("too_long", 2), Refused("other", 2), Refused("not_found", 0),
+                                  Refused("unavailable", 0), Refused("resource_exhausted", 0)}) {
+    EXPECT_TRUE(Has(text, line)) << line << " not in\n" << text;
+  }
+  EXPECT_EQ(text.find("no such reason"), std::string::npos);
+  // Refusals are not requests that reached the pipeline.
+  EXPECT_TRUE(Has(text, "layerpipe_requests_total{code=\"OK\",kind=\"generate\"} 0")) << text;
+}
+
+TEST(CoordinatorMetrics, RefusedFromManyThreads) {
+  CoordinatorMetrics m({"a:1"}, {{0, 4}});
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 1000; ++i) m.OnRefused(i % 2 == 0 ? "invalid" : "unavailable");
+    });
+  }
+  for (auto& t : threads) t.join();
+  const std::string text = m.registry().Render();
+  EXPECT_TRUE(Has(text, Refused("invalid", 2000))) << text;
+  EXPECT_TRUE(Has(text, Refused("unavailable", 2000))) << text;
+}
+
+TEST(RefusalReason, MapsEveryCode) {
+  using absl::StatusCode;
+  const std::vector<std::pair<StatusCode, std::string>> cases = {
+      {StatusCode::kUnauthenticated, "unauthenticated"},
+      {StatusCode::kPermissionDenied, "unauthenticated"},
+      {StatusCode::kResourceExhausted, "resource_exhausted"},
+      {StatusCode::kInvalidArgument, "invalid"},
+      {StatusCode::kFailedPrecondition, "invalid"},
+      {StatusCode::kOutOfRange, "too_long"},
+      {StatusCode::kNotFound, "not_found"},
+      {StatusCode::kUnavailable, "unavailable"},
+      {StatusCode::kOk, "other"},
+      {StatusCode::kCancelled, "other"},
+      {StatusCode::kUnknown, "other"},
+      {StatusCode::kDeadlineExceeded, "other"},
+      {StatusCode::kAlreadyExists, "other"},
+      {StatusCode::kAborted, "other"},
+      {StatusCode::kUnimplemented, "other"},
+      {StatusCode::kInternal, "other"},
+      {StatusCode::kDataLoss, "other"},
+  };
+  for (const auto& [code, reason] : cases) {
+    EXPECT_EQ(RefusalReason(absl::Status(code, "x")), reason) << absl::StatusCodeToString(code);
+    EXPECT_NE(std::find(std::begin(kRefusalReasons), std::end(kRefusalReasons), reason), std::end(kRefusalReasons));
+  }
+}
+
+TEST(CoordinatorMetrics, ExportsBuildInfoAndProcessMetrics) {
+  const std::string text = TwoStages().registry().Render();
+  EXPECT_TRUE(Has(text, std::string("layerpipe_build_info{version=\"") + Version() + "\"} 1")) << text;
+  for (const char* type_line :
+       {"# TYPE process_resident_memory_bytes gauge", "# TYPE process_virtual_memory_bytes gauge",
+        "# TYPE process_cpu_seconds_total counter", "# TYPE process_open_fds gauge", "# TYPE process_max_fds gauge",
+        "# TYPE process_start_time_seconds gauge"}) {
+    EXPECT_TRUE(Has(text, type_line)) << type_line << " not in\n" << text;
+  }
 }
 
 }  // namespace

@@ -15,6 +15,8 @@
 
 #include "common/metrics.h"
 #include "common/metrics_http.h"
+#include "common/process_metrics.h"
+#include "common/version.h"
 #include "common/sliding_rate.h"
 #include "gtest/gtest.h"
 
@@ -219,6 +221,72 @@ TEST(SlidingRateTest, RateOverTheWindow) {
   rate.Add(1000, t0 + 5s);
   EXPECT_NEAR(rate.PerSecond(t0 + 40s), 100 / 9.0, 1e-9);
   EXPECT_NEAR(rate.PerSecond(t0 + 40s + 500ms), 100 / 9.5, 1e-9);
+}
+
+// The value of the unlabelled sample `name` in `text`, checking its TYPE line; NaN when absent.
+double SampleValue(const std::string& text, const std::string& name, const char* type) {
+  if (text.find("# TYPE " + name + " " + type + "\n") == std::string::npos) return std::nan("");
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return std::nan("");
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+TEST(ProcessMetricsTest, ExportedWithPlausibleValues) {
+  MetricsRegistry r;
+  RegisterProcessMetrics(r);
+  const std::string text = r.Render();
+  const double rss = SampleValue(text, "process_resident_memory_bytes", "gauge");
+  const double vms = SampleValue(text, "process_virtual_memory_bytes", "gauge");
+  EXPECT_GT(rss, 1 << 20) << text;
+  EXPECT_GE(vms, rss) << text;
+  EXPECT_GE(SampleValue(text, "process_open_fds", "gauge"), 3) << text;
+  const double max_fds = SampleValue(text, "process_max_fds", "gauge");
+  EXPECT_GE(max_fds, SampleValue(text, "process_open_fds", "gauge")) << text;
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double start = SampleValue(text, "process_start_time_seconds", "gauge");
+  EXPECT_LE(start, now + 1) << text;  // whole clock ticks, rounded either way
+  EXPECT_GT(start, now - 3600) << text;
+  const double cpu = SampleValue(text, "process_cpu_seconds_total", "counter");
+  EXPECT_GE(cpu, 0) << text;
+  EXPECT_EQ(text.find("NaN"), std::string::npos) << text;
+
+  // An open descriptor shows at the next scrape.
+  const int fd = dup(0);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(SampleValue(r.Render(), "process_open_fds", "gauge"), SampleValue(text, "process_open_fds", "gauge") + 1);
+  close(fd);
+
+  // Burn CPU until the counter moves (clock ticks are 10 ms); give up after 10 s of wall time.
+  volatile double sink = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  double later = cpu;
+  while (later < cpu + 0.05 && std::chrono::steady_clock::now() < deadline) {
+    for (int i = 0; i < 1000000; ++i) sink = sink + std::sqrt(static_cast<double>(i));
+    later = SampleValue(r.Render(), "process_cpu_seconds_total", "counter");
+  }
+  EXPECT_GE(later, cpu + 0.05);
+  // The start time is fixed.
+  EXPECT_EQ(SampleValue(r.Render(), "process_start_time_seconds", "gauge"), start);
+}
+
+TEST(ProcessMetricsTest, ReadProcessStatsFillsEveryField) {
+  const ProcessStats s = ReadProcessStats();
+  ASSERT_TRUE(s.resident_memory_bytes && s.virtual_memory_bytes && s.cpu_seconds && s.open_fds && s.max_fds &&
+              s.start_time_seconds);
+  EXPECT_GT(*s.resident_memory_bytes, 1 << 20);
+  EXPECT_GE(*s.virtual_memory_bytes, *s.resident_memory_bytes);
+  EXPECT_GE(*s.open_fds, 3);
+}
+
+TEST(ProcessMetricsTest, BuildInfoHasTheVersion) {
+  MetricsRegistry r;
+  RegisterBuildInfo(r);
+  EXPECT_EQ(r.Render(), std::string("# HELP layerpipe_build_info Always 1: the version this server was built from.\n"
+                                    "# TYPE layerpipe_build_info gauge\n"
+                                    "layerpipe_build_info{version=\"") +
+                            Version() + "\"} 1\n");
+  EXPECT_STRNE(Version(), "");
+  EXPECT_STRNE(Version(), "unknown");
 }
 
 // One HTTP/1.1 exchange with 127.0.0.1:port (the connection closed after it); the whole response.

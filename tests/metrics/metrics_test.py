@@ -218,6 +218,23 @@ class MetricsEndToEndTest(unittest.TestCase):
             self.assertEqual(c.value("layerpipe_stage_kv_bytes_free", stage=str(s)),
                              ms[s].value("layerpipe_worker_kv_bytes_capacity"))
 
+        # Every server exports its version and its process's resources.
+        version = subprocess.run([f"{ARGS.bin}/layerpipe-worker", "--version"], stdout=subprocess.PIPE,
+                                 check=True).stdout.decode().split()[1]
+        for m in [c] + ms:
+            self.assertEqual(m.value("layerpipe_build_info", version=version), 1)
+            self.assertGreater(m.value("process_resident_memory_bytes"), 1 << 20)
+            self.assertGreaterEqual(m.value("process_virtual_memory_bytes"), m.value("process_resident_memory_bytes"))
+            self.assertGreater(m.value("process_cpu_seconds_total"), 0)
+            self.assertEqual(m.types["process_cpu_seconds_total"], "counter")
+            self.assertGreaterEqual(m.value("process_open_fds"), 3)
+            self.assertGreaterEqual(m.value("process_max_fds"), m.value("process_open_fds"))
+            self.assertLess(abs(m.value("process_start_time_seconds") - time.time()), 3600)
+        # Nothing was refused, and every reason shows from the start.
+        for reason in ("unauthenticated", "rate_limited", "resource_exhausted", "invalid", "too_long", "not_found",
+                       "unavailable", "other"):
+            self.assertEqual(c.value("layerpipe_requests_refused_total", reason=reason), 0)
+
         # Any other path is 404; the endpoint keeps serving after it.
         for port in ports:
             with self.assertRaises(urllib.error.HTTPError) as err:

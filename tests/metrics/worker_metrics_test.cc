@@ -11,6 +11,7 @@
 #include "engine/model/weights.h"
 #include "tests/engine/test_util.h"
 #include "engine/model/kv_bytes.h"
+#include "common/version.h"
 #include "worker/stage.h"
 #include "worker/worker_metrics.h"
 
@@ -99,6 +100,15 @@ TEST(WorkerMetrics, ExportsLevelsAndCounts) {
   // Levels are read at scrape time.
   levels.sequences = 0;
   EXPECT_NE(m.registry().Render().find("layerpipe_worker_sequences 0\n"), std::string::npos);
+  // The version and the process's resources, like the coordinator's.
+  EXPECT_NE(text.find(std::string("\nlayerpipe_build_info{version=\"") + Version() + "\"} 1\n"), std::string::npos)
+      << text;
+  for (const char* type_line :
+       {"# TYPE process_resident_memory_bytes gauge\n", "# TYPE process_virtual_memory_bytes gauge\n",
+        "# TYPE process_cpu_seconds_total counter\n", "# TYPE process_open_fds gauge\n",
+        "# TYPE process_max_fds gauge\n", "# TYPE process_start_time_seconds gauge\n"}) {
+    EXPECT_NE(text.find(type_line), std::string::npos) << type_line << " not in\n" << text;
+  }
 }
 
 }  // namespace

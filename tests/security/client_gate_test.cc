@@ -104,5 +104,18 @@ TEST_F(GateWithTokens, TheTokensNameIsTheClient) {
   EXPECT_EQ(gate_->open("bob"), 1);
 }
 
+TEST_F(GateWithTokens, WithoutALimitTheClientIsStillNamed) {
+  // Jobs belong to the client a pass names: a gate that counts nothing must still say who it let in.
+  auto tokens = AuthTokens::Load(dir_ + "/tokens");
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  ClientGate unlimited(ClientGate::Options{*std::move(tokens), 0});
+  for (int i = 0; i < 5; ++i) {
+    auto p = unlimited.Admit("Bearer tok-b", "ipv4:10.0.0.1:1");
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->client(), "bob");
+  }
+  EXPECT_EQ(unlimited.open("bob"), 0);
+}
+
 }  // namespace
 }  // namespace layerpipe

@@ -1,0 +1,219 @@
+#!/usr/bin/python3
+"""Durable jobs across coordinator restarts (--state-dir), with real processes:
+
+- the coordinator is killed with SIGKILL during a job's prefill, during its decode, and just after it
+  finished; restarted with the same --state-dir it lists every job, resumes the unfinished ones by replay
+  and ends each with exactly the tokens of an undisturbed run (greedy and seeded sampling alike), and
+  StreamJob from an offset works across the restart; new job ids are never old ones;
+- finished jobs are deleted after --job-retention, in memory and on disk;
+- a state directory whose database is corrupt, or is another application's SQLite database, stops the
+  coordinator at start with a message naming the file, and the file is left as it was.
+
+  durable_jobs_test.py --bin build/bin --src . --work DIR
+"""
+
+import argparse
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+import unittest
+
+import grpc
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pb_loader import load_layerpipe_pb2  # noqa: E402
+from proc_harness import Process, small_checkpoint_argv  # noqa: E402
+
+ARGS = None
+pb = None
+STARTUP_TIMEOUT = 60
+PROMPT = [2] + [(7 * i) % 500 + 3 for i in range(1200)]   # a long prefill at --prefill-chunk 32
+NEW = 300
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class DurableJobsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        os.makedirs(ARGS.work, exist_ok=True)
+        cls.model = os.path.join(ARGS.work, "model")
+        shutil.rmtree(cls.model, ignore_errors=True)
+        subprocess.run(small_checkpoint_argv(f"{ARGS.bin}/layerpipe", cls.model, seed=9, max_positions=4096),
+                       check=True, stdout=subprocess.DEVNULL)
+        cls.procs = []
+        cls.addClassCleanup(lambda: [p.close() for p in cls.procs])
+        workers = [cls.start([f"{ARGS.bin}/layerpipe-worker", "--listen", "127.0.0.1:0", "--threads", "1"], f"worker{i}")
+                   for i in range(2)]
+        cls.worker_addresses = ",".join(w.wait_listening(STARTUP_TIMEOUT) for w in workers)
+        cls.coordinator = None
+
+    @classmethod
+    def start(cls, argv, name):
+        p = Process(argv, name, ARGS.work)
+        cls.procs.append(p)
+        return p
+
+    def start_coordinator(self, state_dir, *flags):
+        """A coordinator over the same workers; returns (process, channel) once it serves."""
+        c = self.start([f"{ARGS.bin}/layerpipe-coordinator", "--listen", "127.0.0.1:0", "--model", self.model,
+                        "--workers", self.worker_addresses, "--prefill-chunk", "32", "--state-dir", state_dir,
+                        *flags], "coordinator")
+        return c, grpc.insecure_channel(c.wait_listening(STARTUP_TIMEOUT))
+
+    def unary(self, channel, method, request, response_type):
+        call = channel.unary_unary(f"/layerpipe.v1.LayerPipe/{method}", request_serializer=type(request).SerializeToString,
+                                   response_deserializer=response_type.FromString)
+        return call(request, timeout=60)
+
+    def stream(self, channel, method, request):
+        call = channel.unary_stream(f"/layerpipe.v1.LayerPipe/{method}", request_serializer=type(request).SerializeToString,
+                                    response_deserializer=pb.GenerateResponse.FromString)
+        return [t.id for msg in call(request, timeout=300) for t in msg.tokens]
+
+    def request(self, sampled):
+        sampling = pb.SamplingParams(temperature=1.0, top_k=50, seed=11) if sampled else pb.SamplingParams()
+        # A stop id beyond the vocabulary: every run takes its whole budget, long enough to be killed in.
+        return pb.GenerateRequest(ids=pb.TokenIds(ids=PROMPT), max_new_tokens=NEW, sampling=sampling,
+                                  stop_ids=[999999])
+
+    def submit(self, channel, sampled):
+        return self.unary(channel, "SubmitJob", pb.SubmitJobRequest(request=self.request(sampled)),
+                          pb.SubmitJobResponse).job_id
+
+    def job(self, channel, job_id):
+        return self.unary(channel, "GetJob", pb.GetJobRequest(job_id=job_id), pb.JobInfo)
+
+    def wait_until(self, channel, job_id, pred, what, timeout=120):
+        deadline = time.monotonic() + timeout
+        while not pred(info := self.job(channel, job_id)):
+            self.assertLess(time.monotonic(), deadline, f"job {job_id} never {what}: {info}")
+            time.sleep(0.01)
+        return info
+
+    def test_jobs_survive_coordinator_kills_at_every_moment(self):
+        state = os.path.join(ARGS.work, "state_kills")
+        shutil.rmtree(state, ignore_errors=True)
+        c, ch = self.start_coordinator(state)
+        # Undisturbed runs: what every job must end with.
+        want = {s: self.stream(ch, "Generate", self.request(s)) for s in (False, True)}
+        self.assertEqual(len(want[False]), NEW)
+        self.assertNotEqual(want[False], want[True])
+
+        ids = {}
+        # 1. Killed in prefill (part of the prompt is in the KV cache, nothing generated yet).
+        ids["prefill"] = self.submit(ch, sampled=False)
+        self.wait_until(ch, ids["prefill"], lambda j: j.prefilled_tokens > 0, "prefilled")
+        info = self.job(ch, ids["prefill"])
+        self.assertEqual(info.generated_tokens, 0, "the job left prefill before the kill; lower --prefill-chunk")
+        c.kill_group()
+        c, ch = self.start_coordinator(state)
+        # 2. Killed in decode, with a sampled job alongside.
+        ids["decode"] = self.submit(ch, sampled=False)
+        ids["sampled"] = self.submit(ch, sampled=True)
+        self.wait_until(ch, ids["sampled"], lambda j: j.generated_tokens >= 40, "decoded 40 tokens")
+        before = self.job(ch, ids["decode"])
+        offset = before.generated_tokens
+        self.assertGreater(offset, 0)
+        self.assertLess(offset, NEW)
+        had = self.job(ch, ids["sampled"]).generated_tokens
+        c.kill_group()
+        restarted = time.monotonic()
+        c, ch = self.start_coordinator(state)
+        serving = time.monotonic() - restarted
+        self.wait_until(ch, ids["sampled"], lambda j: j.generated_tokens > had, "went on")
+        print(f"\n[restart: serving after {serving:.2f} s, the job in decode past its last token after "
+              f"{time.monotonic() - restarted:.2f} s]")
+        # Streaming from the offset seen before the kill gives the rest, across the restart.
+        self.assertEqual(self.stream(ch, "StreamJob", pb.StreamJobRequest(job_id=ids["decode"], offset=offset)),
+                         want[False][offset:])
+        # 3. Killed just after a job finished.
+        self.wait_until(ch, ids["sampled"], lambda j: j.state == pb.JOB_SUCCEEDED, "succeeded")
+        c.kill_group()
+        c, ch = self.start_coordinator(state)
+
+        listed = self.unary(ch, "ListJobs", pb.ListJobsRequest(), pb.ListJobsResponse)
+        self.assertEqual([j.job_id for j in listed.jobs], [ids["prefill"], ids["decode"], ids["sampled"]])
+        for name, job_id in ids.items():
+            info = self.wait_until(ch, job_id, lambda j: j.state in (pb.JOB_SUCCEEDED, pb.JOB_FAILED), "ended")
+            self.assertEqual(info.state, pb.JOB_SUCCEEDED, f"{name}: {info.error}")
+            self.assertEqual(list(info.ids), want[name == "sampled"], name)
+            self.assertEqual(info.finish_reason, "length", name)
+            self.assertEqual(self.stream(ch, "StreamJob", pb.StreamJobRequest(job_id=job_id, offset=7)),
+                             want[name == "sampled"][7:], name)
+        # Ids are never reissued, and a new job runs as usual after three restarts.
+        new_id = self.submit(ch, sampled=False)
+        self.assertNotIn(new_id, ids.values())
+        self.assertEqual(list(self.wait_until(ch, new_id, lambda j: j.state == pb.JOB_SUCCEEDED, "succeeded").ids),
+                         want[False])
+        c.kill_group()
+
+    def test_finished_jobs_are_deleted_after_the_retention(self):
+        state = os.path.join(ARGS.work, "state_retention")
+        shutil.rmtree(state, ignore_errors=True)
+        c, ch = self.start_coordinator(state, "--job-retention", "2s")
+        short = pb.GenerateRequest(ids=pb.TokenIds(ids=[2, 5, 6]), max_new_tokens=3, stop_ids=[1])
+        job_id = self.unary(ch, "SubmitJob", pb.SubmitJobRequest(request=short), pb.SubmitJobResponse).job_id
+        self.wait_until(ch, job_id, lambda j: j.state == pb.JOB_SUCCEEDED, "succeeded")
+        listed = lambda: [j.job_id for j in self.unary(ch, "ListJobs", pb.ListJobsRequest(), pb.ListJobsResponse).jobs]  # noqa: E731
+        self.assertEqual(listed(), [job_id])
+        deadline = time.monotonic() + 10
+        while listed():
+            self.assertLess(time.monotonic(), deadline, "the finished job outlived its retention")
+            time.sleep(0.2)
+        with self.assertRaises(grpc.RpcError) as err:
+            self.job(ch, job_id)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.NOT_FOUND)
+        c.kill_group()
+        c, ch = self.start_coordinator(state, "--job-retention", "2s")
+        self.assertEqual(listed(), [])  # gone from the database too
+        c.kill_group()
+
+    def test_a_database_that_is_not_ours_stops_the_start(self):
+        for name, make in [("garbage", self.write_garbage), ("foreign", self.write_foreign)]:
+            state = os.path.join(ARGS.work, f"state_{name}")
+            shutil.rmtree(state, ignore_errors=True)
+            os.makedirs(state)
+            path = os.path.join(state, "jobs.sqlite3")
+            make(path)
+            before = read_bytes(path)
+            c = self.start([f"{ARGS.bin}/layerpipe-coordinator", "--listen", "127.0.0.1:0", "--model", self.model,
+                            "--workers", self.worker_addresses, "--state-dir", state], f"coordinator_{name}")
+            self.assertEqual(c.wait(30), 1, name)
+            self.assertIn(path, c.stderr_text(), name)
+            self.assertIn("--state-dir", c.stderr_text(), name)
+            self.assertEqual(read_bytes(path), before, f"{name}: the file was changed")
+
+    @staticmethod
+    def write_garbage(path):
+        with open(path, "wb") as f:
+            f.write(os.urandom(8192))
+
+    @staticmethod
+    def write_foreign(path):
+        db = sqlite3.connect(path)
+        db.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+        db.execute("INSERT INTO invoices VALUES (1, 9.5)")
+        db.commit()
+        db.close()
+
+
+def main():
+    global ARGS, pb
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--src", required=True)
+    ap.add_argument("--work", required=True)
+    ARGS, rest = ap.parse_known_args()
+    pb = load_layerpipe_pb2(ARGS.src)
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
