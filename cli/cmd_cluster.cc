@@ -38,6 +38,8 @@ std::vector<FlagSpec> Specs() {
        "with one per worker (default cpu)"},
       {"layer-split", false, false, "layer ranges per worker, e.g. 0-4,5-5 (default: the coordinator's)"},
       {"startup-timeout", false, false, "seconds to wait for the cluster to serve (default 600)"},
+      {"http-listen", false, false, "also serve the OpenAI-compatible HTTP API on HOST:PORT (docs/http.md)"},
+      {"state-dir", false, false, "keep jobs in this directory, so that they survive a restart"},
   };
 }
 
@@ -48,7 +50,7 @@ constexpr const char* kUsageTail =
 struct Config {
   std::string model;
   int workers = 0;
-  std::string precision, listen, layer_split;
+  std::string precision, listen, layer_split, http_listen, state_dir;
   int threads_per_worker = 0;
   std::vector<std::string> devices;  // one per worker
   Clock::duration startup_timeout{};
@@ -70,6 +72,8 @@ absl::StatusOr<Config> ConfigFromArgs(const Args& args, std::vector<std::string>
   }
   c.listen = args.StringOr("listen", "127.0.0.1:0");
   c.layer_split = args.StringOr("layer-split", "");
+  c.http_listen = args.StringOr("http-listen", "");
+  c.state_dir = args.StringOr("state-dir", "");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto threads = args.Int("threads-per-worker", std::max(1, cores / c.workers));
   if (!threads.ok()) return threads.status();
@@ -181,6 +185,8 @@ class Supervisor {
           // absl spells flags with underscores; the dashed spelling is only an alias where a binary adds it.
           if (!config_.layer_split.empty()) argv.insert(argv.end(), {"--layer-split", config_.layer_split});
           if (!config_.precision.empty()) argv.insert(argv.end(), {"--precision", config_.precision});
+          if (!config_.http_listen.empty()) argv.insert(argv.end(), {"--http_listen", config_.http_listen});
+          if (!config_.state_dir.empty()) argv.insert(argv.end(), {"--state_dir", config_.state_dir});
           auto c = ChildProcess::Start("coordinator", *coordinator_bin, argv, server_options);
           if (!c.ok()) return Fail("cluster", c.status());
           coordinator_ = *std::move(c);

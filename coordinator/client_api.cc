@@ -332,6 +332,7 @@ absl::StatusOr<std::shared_ptr<Request>> ClientApi::SubmitJob(const v1::Generate
   if (!id.ok()) return id.status();
   (*r)->job_id = *std::move(id);
   (*r)->owner = OwnerOf(pass);
+  if (journal_) journal_->Watch(**r);
   if (auto st = pipeline_->Submit(*r); !st.ok()) return st;
   if (journal_) {
     // The request as it runs (its token budget decided), so that a restart rebuilds the same job.
@@ -347,9 +348,13 @@ absl::StatusOr<std::shared_ptr<Request>> ClientApi::SubmitJob(const v1::Generate
   return r;
 }
 
-absl::Status ClientApi::StartJobs(JobStore* store, JobJournalOptions options) {
+void ClientApi::EnableJobs(JobStore* store, JobJournalOptions options) {
   journal_ = std::make_unique<JobJournal>(store, options, [this](absl::Time cutoff) { ExpireJobs(cutoff); });
-  if (store != nullptr) {
+}
+
+absl::Status ClientApi::StartJobs() {
+  if (!journal_) return absl::FailedPreconditionError("StartJobs before EnableJobs");
+  if (JobStore* store = journal_->store(); store != nullptr) {
     auto stored = store->LoadAll();
     if (!stored.ok()) return stored.status();
     int64_t resumed = 0;
@@ -420,6 +425,7 @@ std::shared_ptr<Request> ClientApi::Restore(const StoredJob& stored) {
     v.finished = stored.finished_unix_ms > 0 ? JobJournal::SteadyOf(stored.finished_unix_ms) : Request::Clock::now();
   });
   if (!done) {
+    journal_->Watch(*r);
     journal_->Follow(r, static_cast<int64_t>(tokens.size()));
     if (auto st = pipeline_->Submit(r); !st.ok()) {
       r->state = RequestState::kDone;

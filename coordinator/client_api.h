@@ -78,8 +78,10 @@ class ClientApi {
   // Durable jobs: records in `store` (null: in memory only), finished ones forgotten after the
   // retention. Restores every stored job first — unfinished ones resubmitted, replaying what they had
   // generated (the same tokens as an undisturbed run, since sampling resumes its stream) — and then
-  // journals them. Call once the pipeline serves, before clients come.
-  absl::Status StartJobs(JobStore* store, JobJournalOptions options);
+  // journals them.
+  // EnableJobs before any server takes calls; StartJobs once the pipeline serves.
+  void EnableJobs(JobStore* store, JobJournalOptions options);
+  absl::Status StartJobs();
   // Forgets finished jobs that ended before `cutoff`.
   void ExpireJobs(absl::Time cutoff);
 

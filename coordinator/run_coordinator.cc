@@ -132,6 +132,9 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
   }
   ClientApi client_api(*config, tokenizer.get(), *stop_ids, &pipeline, security->gate,
                        ClientLimits{s.max_model_len, s.max_new_tokens});
+  JobJournalOptions jobs;
+  jobs.retention = s.job_retention;
+  client_api.EnableJobs(job_store.get(), jobs);
   LayerPipeService api(&client_api);
   StepSinkService sink(&pipeline);
   int port = 0;
@@ -180,9 +183,7 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
     server->Shutdown();
     return fail(absl::StrCat("the pipeline did not start: ", st.message()));
   }
-  JobJournalOptions jobs;
-  jobs.retention = s.job_retention;
-  if (auto st = client_api.StartJobs(job_store.get(), jobs); !st.ok()) {
+  if (auto st = client_api.StartJobs(); !st.ok()) {
     server->Shutdown();
     return fail(absl::StrCat("--state-dir: cannot restore the jobs: ", st.message()));
   }

@@ -15,8 +15,10 @@ absl::Status CheckSlice(const internal::v1::StepSlice& s, const StageShape& shap
   if (s.ids_size() == 0) return absl::InvalidArgumentError("no token ids");
   if (s.pos0() < 0) return absl::InvalidArgumentError(absl::StrCat("pos0 ", s.pos0(), " is negative"));
   if (s.pos0() > shape.max_positions - s.ids_size()) {
-    return absl::OutOfRangeError(absl::StrCat("positions ", s.pos0(), "..", s.pos0() + s.ids_size() - 1,
-                                              " pass the model's limit of ", shape.max_positions));
+    // The last position is computed unsigned: pos0 (>= 0) may be as large as INT64_MAX.
+    const uint64_t last = static_cast<uint64_t>(s.pos0()) + static_cast<uint64_t>(s.ids_size() - 1);
+    return absl::OutOfRangeError(absl::StrCat("positions ", s.pos0(), "..", last, " pass the model's limit of ",
+                                              shape.max_positions));
   }
   for (int i = 0; i < s.ids_size(); ++i) {
     if (s.ids(i) < 0 || s.ids(i) >= shape.vocab_size) {

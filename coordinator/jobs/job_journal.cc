@@ -89,10 +89,14 @@ absl::Status JobJournal::Add(const std::shared_ptr<Request>& job, const std::str
   return absl::OkStatus();
 }
 
-void JobJournal::Follow(const std::shared_ptr<Request>& job, int64_t tokens_written) {
+void JobJournal::Watch(Request& job) {
   if (store_ == nullptr) return;  // nothing to write; retention reads the jobs themselves
   std::shared_ptr<Waker> waker = waker_;
-  job->events.SetObserver([waker] { waker->Wake(); });
+  job.events.SetObserver([waker] { waker->Wake(); });
+}
+
+void JobJournal::Follow(const std::shared_ptr<Request>& job, int64_t tokens_written) {
+  if (store_ == nullptr) return;
   Tracked t;
   t.job = job;
   t.tokens_written = tokens_written;

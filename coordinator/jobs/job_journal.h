@@ -36,9 +36,13 @@ class JobJournal {
 
   void Start();
 
-  // A job just submitted: its record is written now, and its progress from then on.
+  // Makes `job`'s events wake the journal. Before the job is submitted: the pipeline publishes from
+  // its own thread as soon as it runs.
+  void Watch(Request& job);
+  // A job just submitted (and watched): its record is written now, and its progress from then on.
   absl::Status Add(const std::shared_ptr<Request>& job, const std::string& request_blob);
-  // A job restored from its record, whose first `tokens_written` tokens are stored.
+  // A job restored from its record (watched, not yet resubmitted), whose first `tokens_written` tokens are
+  // stored.
   void Follow(const std::shared_ptr<Request>& job, int64_t tokens_written);
   // Writes the end of a restored job that its stored tokens had already ended (the process died before
   // the end was committed).

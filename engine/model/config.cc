@@ -3,6 +3,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,18 @@ absl::Status Err(const std::string& source, const std::string& msg) {
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", msg));
 }
 
+// Upper bounds on the sizes a config may declare. Each is far above any Gemma model (the 12B: hidden 3840,
+// intermediate 15360, vocabulary 262144, 48 layers, 16 heads of 256/512, context 262144) and low enough
+// that the products the engine forms from them (weights, KV rows, logits) stay far from int64 overflow,
+// and that a corrupt file is refused here, naming the key, instead of by an allocation later.
+constexpr int64_t kMaxHiddenSize = int64_t{1} << 20;
+constexpr int64_t kMaxIntermediateSize = int64_t{1} << 22;
+constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxHeadDim = int64_t{1} << 16;
+constexpr int64_t kMaxPositions = int64_t{1} << 24;
+
 // Reads an integer key; `required` keys that are absent are an error naming the key.
 absl::Status GetInt(const json& j, const char* key, bool required, int64_t* out, const std::string& src) {
   auto it = j.find(key);
@@ -24,7 +37,36 @@ absl::Status GetInt(const json& j, const char* key, bool required, int64_t* out,
     return required ? Err(src, absl::StrCat("missing required key \"", key, "\"")) : absl::OkStatus();
   }
   if (!it->is_number_integer()) return Err(src, absl::StrCat("key \"", key, "\" must be an integer"));
+  // An unsigned value above INT64_MAX would wrap to a negative one through get<int64_t>().
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    return Err(src, absl::StrCat("key \"", key, "\" = ", it->get<uint64_t>(), " is out of range"));
+  }
   *out = it->get<int64_t>();
+  return absl::OkStatus();
+}
+
+// A size that must lie in [lo, hi]; the error names the key and the value.
+absl::Status CheckRange(const char* key, int64_t v, int64_t lo, int64_t hi, const std::string& src) {
+  if (v < lo) {
+    return Err(src, lo == 1 ? absl::StrCat("\"", key, "\" must be positive, got ", v)
+                            : absl::StrCat("\"", key, "\" = ", v, " is below the minimum of ", lo));
+  }
+  if (v > hi) return Err(src, absl::StrCat("\"", key, "\" = ", v, " exceeds the supported maximum of ", hi));
+  return absl::OkStatus();
+}
+
+// An optional string key (absent or null: `fallback`); any other type is an error naming `path`.
+absl::Status GetString(const json& j, const char* key, const std::string& path, std::string fallback,
+                       std::string* out, const std::string& src) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    *out = std::move(fallback);
+    return absl::OkStatus();
+  }
+  if (!it->is_string()) {
+    return Err(src, absl::StrCat("key \"", path, "\" must be a string, got ", it->type_name(), " ", it->dump()));
+  }
+  *out = it->get<std::string>();
   return absl::OkStatus();
 }
 
@@ -38,7 +80,8 @@ absl::Status GetDouble(const json& j, const char* key, double* out, const std::s
 
 absl::Status ParseRopeEntry(const json& j, const std::string& key, RopeConfig* rope, const std::string& src) {
   if (!j.is_object()) return Err(src, absl::StrCat("\"", key, "\" must be an object"));
-  std::string type = j.value("rope_type", std::string("default"));
+  std::string type;
+  if (auto st = GetString(j, "rope_type", absl::StrCat(key, ".rope_type"), "default", &type, src); !st.ok()) return st;
   if (auto st = GetDouble(j, "rope_theta", &rope->theta, src); !st.ok()) return st;
   if (auto st = GetDouble(j, "partial_rotary_factor", &rope->partial_rotary_factor, src); !st.ok()) return st;
   if (type != "default" && type != "proportional") {
@@ -133,22 +176,19 @@ absl::Status ParseLayerTypes(const json& tc, ModelConfig* c, const std::string& 
 }
 
 absl::Status Validate(const ModelConfig& c, const std::string& src) {
-  auto positive = [&](const char* key, int64_t v) -> absl::Status {
-    if (v <= 0) return Err(src, absl::StrCat("\"", key, "\" must be positive, got ", v));
-    return absl::OkStatus();
-  };
-  for (auto [key, v] : std::initializer_list<std::pair<const char*, int64_t>>{
-           {"hidden_size", c.hidden_size},
-           {"intermediate_size", c.intermediate_size},
-           {"vocab_size", c.vocab_size},
-           {"num_hidden_layers", c.num_layers},
-           {"num_attention_heads", c.num_heads},
-           {"head_dim", c.head_dim},
-           {"num_key_value_heads", c.num_kv_heads},
-           {"global_head_dim", c.global_head_dim},
-           {"num_global_key_value_heads", c.num_global_kv_heads},
-           {"max_position_embeddings", c.max_position_embeddings}}) {
-    if (auto st = positive(key, v); !st.ok()) return st;
+  // The head counts and dims were range-checked before they were narrowed to int (ParseModelConfig).
+  for (auto [key, v, hi] : std::initializer_list<std::tuple<const char*, int64_t, int64_t>>{
+           {"hidden_size", c.hidden_size, kMaxHiddenSize},
+           {"intermediate_size", c.intermediate_size, kMaxIntermediateSize},
+           {"vocab_size", c.vocab_size, kMaxVocabSize},
+           {"num_hidden_layers", c.num_layers, kMaxLayers},
+           {"num_attention_heads", c.num_heads, kMaxHeads},
+           {"head_dim", c.head_dim, kMaxHeadDim},
+           {"num_key_value_heads", c.num_kv_heads, kMaxHeads},
+           {"global_head_dim", c.global_head_dim, kMaxHeadDim},
+           {"num_global_key_value_heads", c.num_global_kv_heads, kMaxHeads},
+           {"max_position_embeddings", c.max_position_embeddings, kMaxPositions}}) {
+    if (auto st = CheckRange(key, v, 1, hi, src); !st.ok()) return st;
   }
   if (c.num_heads % c.num_kv_heads != 0) {
     return Err(src, absl::StrCat("num_attention_heads (", c.num_heads, ") is not a multiple of num_key_value_heads (",
@@ -166,14 +206,21 @@ absl::Status Validate(const ModelConfig& c, const std::string& src) {
   if (has_sliding && c.sliding_window <= 0) {
     return Err(src, "\"sliding_window\" must be positive when there are sliding layers");
   }
+  // A sliding layer's cache is a ring of sliding_window rows, allocated whole on its first token.
+  if (c.sliding_window < 0 || c.sliding_window > c.max_position_embeddings) {
+    return Err(src, absl::StrCat("\"sliding_window\" = ", c.sliding_window, " is outside [0, max_position_embeddings = ",
+                                 c.max_position_embeddings, "]"));
+  }
   for (const RopeConfig* r : {&c.rope_sliding, &c.rope_full}) {
     if (!(r->theta > 0) || !std::isfinite(r->theta)) return Err(src, "rope_theta must be positive");
     if (!(r->partial_rotary_factor > 0 && r->partial_rotary_factor <= 1)) {
       return Err(src, "partial_rotary_factor must be in (0, 1]");
     }
   }
-  if (!(c.rms_norm_eps > 0)) return Err(src, "\"rms_norm_eps\" must be positive");
-  if (c.final_logit_softcapping < 0) return Err(src, "\"final_logit_softcapping\" must be >= 0");
+  if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps)) return Err(src, "\"rms_norm_eps\" must be positive");
+  if (!(c.final_logit_softcapping >= 0) || !std::isfinite(c.final_logit_softcapping)) {
+    return Err(src, "\"final_logit_softcapping\" must be finite and >= 0");
+  }
   for (auto [key, id] : {std::pair{"bos_token_id", c.bos_token_id}, std::pair{"eos_token_id", c.eos_token_id}}) {
     if (id < 0 || id >= c.vocab_size) {
       return Err(src, absl::StrCat("\"", key, "\" = ", id, " is outside the vocabulary"));
@@ -195,13 +242,14 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const
     if (!it->is_object()) return Err(source, "\"text_config\" must be an object");
     tc = &*it;
   }
-  std::string mt = tc->value("model_type", std::string());
+  std::string mt;
+  if (auto st = GetString(*tc, "model_type", "model_type", "", &mt, source); !st.ok()) return st;
   if (!mt.empty() && mt.rfind("gemma", 0) != 0) {
     return Err(source, absl::StrCat("\"model_type\" = \"", mt, "\" is not a Gemma text model"));
   }
   if (auto st = RejectUnsupported(*tc, source); !st.ok()) return st;
 
-  int64_t layers = 0, heads = 0, hd = 0, kv = 0, ghd = -1, gkv = -1, window = 0, maxpos = 131072;
+  int64_t layers = 0, heads = 0, hd = 0, kv = 0, window = 0, maxpos = 131072;
   if (auto st = GetInt(*tc, "hidden_size", true, &c.hidden_size, source); !st.ok()) return st;
   if (auto st = GetInt(*tc, "intermediate_size", true, &c.intermediate_size, source); !st.ok()) return st;
   if (auto st = GetInt(*tc, "vocab_size", true, &c.vocab_size, source); !st.ok()) return st;
@@ -209,17 +257,27 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const
   if (auto st = GetInt(*tc, "num_attention_heads", true, &heads, source); !st.ok()) return st;
   if (auto st = GetInt(*tc, "head_dim", true, &hd, source); !st.ok()) return st;
   if (auto st = GetInt(*tc, "num_key_value_heads", true, &kv, source); !st.ok()) return st;
+  int64_t ghd = hd, gkv = kv;  // full layers default to the sliding layers' shape
   if (auto st = GetInt(*tc, "global_head_dim", false, &ghd, source); !st.ok()) return st;
   if (auto st = GetInt(*tc, "num_global_key_value_heads", false, &gkv, source); !st.ok()) return st;
   if (auto st = GetInt(*tc, "sliding_window", false, &window, source); !st.ok()) return st;
   if (auto st = GetInt(*tc, "max_position_embeddings", false, &maxpos, source); !st.ok()) return st;
-  if (layers <= 0 || layers > 100000) return Err(source, "\"num_hidden_layers\" must be positive");
+  // Range-checked before the narrowing to int below (which would wrap 2^32 + 4 to 4).
+  for (auto [key, v, hi] : std::initializer_list<std::tuple<const char*, int64_t, int64_t>>{
+           {"num_hidden_layers", layers, kMaxLayers},
+           {"num_attention_heads", heads, kMaxHeads},
+           {"head_dim", hd, kMaxHeadDim},
+           {"num_key_value_heads", kv, kMaxHeads},
+           {"global_head_dim", ghd, kMaxHeadDim},
+           {"num_global_key_value_heads", gkv, kMaxHeads}}) {
+    if (auto st = CheckRange(key, v, 1, hi, source); !st.ok()) return st;
+  }
   c.num_layers = static_cast<int>(layers);
   c.num_heads = static_cast<int>(heads);
   c.head_dim = static_cast<int>(hd);
   c.num_kv_heads = static_cast<int>(kv);
-  c.global_head_dim = static_cast<int>(ghd < 0 ? hd : ghd);
-  c.num_global_kv_heads = static_cast<int>(gkv < 0 ? kv : gkv);
+  c.global_head_dim = static_cast<int>(ghd);
+  c.num_global_kv_heads = static_cast<int>(gkv);
   c.sliding_window = window;
   c.max_position_embeddings = maxpos;
   if (auto it = tc->find("attention_k_eq_v"); it != tc->end() && !it->is_null()) {
@@ -239,6 +297,11 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const
     // eos may be a list; the first entry is the model's own end-of-sequence id.
     const json& v = it->is_array() && !it->empty() ? (*it)[0] : *it;
     if (!v.is_number_integer()) return Err(source, absl::StrCat("key \"", key, "\" must be an integer"));
+    // Checked before the narrowing to int32 (Validate then checks bos and eos against the vocabulary).
+    if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(INT32_MAX)
+                               : (v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)) {
+      return Err(source, absl::StrCat("key \"", key, "\" = ", v.dump(), " is outside the int32 range"));
+    }
     id = v.get<int64_t>();
     *dst = static_cast<int32_t>(id);
   }

@@ -39,6 +39,8 @@ using json = nlohmann::json;
 
 // A header larger than this is corrupt, not a checkpoint (the 12B's is ~100 KB).
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;
+// Elements one tensor may have: 2^48 (half a petabyte of BF16).
+constexpr uint64_t kMaxElements = uint64_t{1} << 48;
 
 absl::StatusOr<DType> ParseDType(const std::string& s) {
   if (s == "BF16") return DType::kBF16;
@@ -115,9 +117,12 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   const uint64_t data_size = m.size() - 8 - header_len;
 
   auto file = std::unique_ptr<SafetensorsFile>(new SafetensorsFile());
-  for (auto& [name, entry] : header.items()) {
+  // Not a structured binding: clang before 16 cannot capture one in the lambda below.
+  for (const auto& item : header.items()) {
+    const std::string& name = item.key();
+    const json& entry = item.value();
     if (name == "__metadata__") continue;
-    auto tbad = [&](const std::string& msg) { return bad(absl::StrCat("tensor ", name, ": ", msg)); };
+    auto tbad = [&bad, &name](const std::string& msg) { return bad(absl::StrCat("tensor ", name, ": ", msg)); };
     if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
         !entry.contains("data_offsets")) {
       return tbad("header entry lacks dtype, shape or data_offsets");
@@ -131,15 +136,22 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     t.file = path;
     const json& shape = entry["shape"];
     if (!shape.is_array()) return tbad("shape is not a list");
-    uint64_t elems = 1;
-    for (const json& d : shape) {
-      if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) {
-        return tbad("shape has a negative or non-integer dimension");
+    // Every dimension, and the product of the non-zero ones, is at most kMaxElements, so that neither
+    // the element count nor any product of dimensions a caller forms can overflow int64.
+    uint64_t elems = 1, nonzero = 1;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      const json& d = shape[i];
+      if (!d.is_number_integer() || (!d.is_number_unsigned() && d.get<int64_t>() < 0)) {
+        return tbad(absl::StrCat("shape[", i, "] = ", d.dump(), " is not a non-negative integer"));
       }
-      int64_t v = d.get<int64_t>();
-      if (v > 0 && elems > (uint64_t{1} << 48) / static_cast<uint64_t>(v)) return tbad("shape is absurdly large");
-      elems *= static_cast<uint64_t>(v);
-      t.shape.push_back(v);
+      const uint64_t v = d.is_number_unsigned() ? d.get<uint64_t>() : static_cast<uint64_t>(d.get<int64_t>());
+      if (v > kMaxElements || (v > 0 && nonzero > kMaxElements / v)) {
+        return tbad(absl::StrCat("shape ", shape.dump(), " has more than ", kMaxElements,
+                                 " elements (dimension ", i, " is ", v, ")"));
+      }
+      if (v > 0) nonzero *= v;
+      elems *= v;
+      t.shape.push_back(static_cast<int64_t>(v));
     }
     const json& off = entry["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {

@@ -72,7 +72,8 @@ absl::StatusOr<BpeModel> BpeModel::Build(const nlohmann::json& model,
                                          std::optional<int32_t> unk_id, const Vocab& vocab, const std::string& source) {
   BpeModel m;
   m.vocab_ = &vocab;
-  if (!model.is_object() || model.value("type", std::string()) != "BPE") {
+  if (!model.is_object() || !model.contains("type") || !model["type"].is_string() ||
+      model["type"].get<std::string>() != "BPE") {
     return Unsupported(source, "model (only type \"BPE\" is implemented)");
   }
   if (model.contains("dropout") && model["dropout"].is_number() && model["dropout"].get<double>() > 0.0) {

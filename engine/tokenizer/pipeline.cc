@@ -142,7 +142,14 @@ absl::Status PreTokenizer::Add(const nlohmann::json& config, const std::string& 
   if (!pattern.ok()) return pattern.status();
   Step step;
   step.pattern = *std::move(pattern);
-  const std::string behavior = config.value("behavior", std::string("Isolated"));
+  std::string behavior = "Isolated";
+  if (config.contains("behavior") && !config["behavior"].is_null()) {
+    if (!config["behavior"].is_string()) {
+      return Corrupt(source, absl::StrCat("pre_tokenizer Split behavior must be a string, got ",
+                                          config["behavior"].type_name(), " ", config["behavior"].dump()));
+    }
+    behavior = config["behavior"].get<std::string>();
+  }
   if (behavior == "Removed") {
     step.behavior = Behavior::kRemoved;
   } else if (behavior == "Isolated") {
@@ -156,7 +163,14 @@ absl::Status PreTokenizer::Add(const nlohmann::json& config, const std::string& 
   } else {
     return Unsupported(source, absl::StrCat("pre_tokenizer Split behavior '", behavior, "'"));
   }
-  step.invert = config.value("invert", false);
+  step.invert = false;
+  if (config.contains("invert") && !config["invert"].is_null()) {
+    if (!config["invert"].is_boolean()) {
+      return Corrupt(source, absl::StrCat("pre_tokenizer Split invert must be a boolean, got ",
+                                          config["invert"].type_name(), " ", config["invert"].dump()));
+    }
+    step.invert = config["invert"].get<bool>();
+  }
   steps_.push_back(std::move(step));
   return absl::OkStatus();
 }

@@ -61,6 +61,71 @@ bool StandsAsWord(std::string_view text, size_t begin, size_t end) {
   return true;
 }
 
+// The TemplateProcessing post-processor: the ids its "single" template puts before and after the
+// sequence. Every id must be in the vocabulary, so that Encode only ever returns ids in [0, vocab.size()).
+absl::Status ParsePostProcessor(const nlohmann::json& post, const Vocab& vocab, const std::string& source,
+                                std::vector<int32_t>* prefix_ids, std::vector<int32_t>* suffix_ids) {
+  if (post.is_null()) return absl::OkStatus();
+  if (!post.is_object()) return Corrupt(source, absl::StrCat("post_processor must be an object, got ", post.type_name()));
+  if (post.contains("type") && !post["type"].is_string()) {
+    return Corrupt(source, absl::StrCat("post_processor.type must be a string, got ", post["type"].type_name(), " ",
+                                        post["type"].dump()));
+  }
+  const std::string type = post.contains("type") ? post["type"].get<std::string>() : std::string();
+  if (type != "TemplateProcessing") return Unsupported(source, absl::StrCat("post_processor type '", type, "'"));
+  if (!post.contains("single") || !post["single"].is_array()) {
+    return Corrupt(source, "TemplateProcessing has no single template");
+  }
+  static const nlohmann::json kNoSpecialTokens = nlohmann::json::object();
+  const nlohmann::json& special_tokens =
+      post.contains("special_tokens") && !post["special_tokens"].is_null() ? post["special_tokens"] : kNoSpecialTokens;
+  if (!special_tokens.is_object()) {
+    return Corrupt(source, absl::StrCat("post_processor.special_tokens must be an object, got ",
+                                        special_tokens.type_name()));
+  }
+  bool after_sequence = false;
+  const nlohmann::json& single = post["single"];
+  for (size_t i = 0; i < single.size(); ++i) {
+    const nlohmann::json& item = single[i];
+    if (item.contains("Sequence")) {
+      after_sequence = true;
+      continue;
+    }
+    if (!item.contains("SpecialToken") || !item["SpecialToken"].contains("id") ||
+        !item["SpecialToken"]["id"].is_string()) {
+      return Corrupt(source, absl::StrCat("TemplateProcessing item single[", i,
+                                          "] is neither Sequence nor SpecialToken with a string id"));
+    }
+    const std::string name = item["SpecialToken"]["id"].get<std::string>();
+    std::vector<int32_t>& target = after_sequence ? *suffix_ids : *prefix_ids;
+    // The reference converts the template's token spelling through the vocabulary.
+    if (std::optional<int32_t> id = vocab.Find(name)) {
+      target.push_back(*id);
+      continue;
+    }
+    if (!special_tokens.contains(name) || !special_tokens[name].contains("ids")) {
+      return Corrupt(source, absl::StrCat("template token '", name, "' is not in the vocabulary"));
+    }
+    const std::string path = absl::StrCat("post_processor.special_tokens.", name, ".ids");
+    const nlohmann::json& ids = special_tokens[name]["ids"];
+    if (!ids.is_array()) return Corrupt(source, absl::StrCat(path, " must be a list, got ", ids.type_name()));
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const nlohmann::json& id = ids[k];
+      if (!id.is_number_integer()) {
+        return Corrupt(source, absl::StrCat(path, "[", k, "] must be an integer, got ", id.type_name(), " ", id.dump()));
+      }
+      const bool in_vocab = id.is_number_unsigned() ? id.get<uint64_t>() < static_cast<uint64_t>(vocab.size())
+                                                    : id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab.size();
+      if (!in_vocab) {
+        return Corrupt(source, absl::StrCat(path, "[", k, "] = ", id.dump(), " is outside the vocabulary [0, ",
+                                            vocab.size(), ")"));
+      }
+      target.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& tokenizer_json_path) {
@@ -90,7 +155,11 @@ absl::Status Tokenizer::Init(const std::string& source, std::string_view json_te
   if (!root.is_object()) return Corrupt(source, "top level is not a JSON object");
   if (!root.contains("model") || !root["model"].is_object()) return Corrupt(source, "no \"model\" object");
   const nlohmann::json& model = root["model"];
-  const std::string model_type = model.value("type", std::string());
+  if (model.contains("type") && !model["type"].is_string()) {
+    return Corrupt(source, absl::StrCat("model.type must be a string, got ", model["type"].type_name(), " ",
+                                        model["type"].dump()));
+  }
+  const std::string model_type = model.contains("type") ? model["type"].get<std::string>() : std::string();
   if (model_type != "BPE") {
     return Unsupported(source, absl::StrCat("model type '", model_type, "' (only BPE is implemented)"));
   }
@@ -129,36 +198,7 @@ absl::Status Tokenizer::Init(const std::string& source, std::string_view json_te
   decoder_ = *std::move(decoder);
 
   const nlohmann::json& post = section("post_processor");
-  if (!post.is_null()) {
-    if (post.value("type", std::string()) != "TemplateProcessing") {
-      return Unsupported(source, absl::StrCat("post_processor type '", post.value("type", std::string()), "'"));
-    }
-    if (!post.contains("single") || !post["single"].is_array()) {
-      return Corrupt(source, "TemplateProcessing has no single template");
-    }
-    bool after_sequence = false;
-    for (const nlohmann::json& item : post["single"]) {
-      if (item.contains("Sequence")) {
-        after_sequence = true;
-        continue;
-      }
-      if (!item.contains("SpecialToken") || !item["SpecialToken"].contains("id") ||
-          !item["SpecialToken"]["id"].is_string()) {
-        return Corrupt(source, "TemplateProcessing item is neither Sequence nor SpecialToken");
-      }
-      const std::string name = item["SpecialToken"]["id"].get<std::string>();
-      std::vector<int32_t>& target = after_sequence ? suffix_ids_ : prefix_ids_;
-      // The reference converts the template's token spelling through the vocabulary.
-      if (std::optional<int32_t> id = vocab_.Find(name)) {
-        target.push_back(*id);
-      } else if (post.contains("special_tokens") && post["special_tokens"].contains(name) &&
-                 post["special_tokens"][name].contains("ids")) {
-        for (const auto& id : post["special_tokens"][name]["ids"]) target.push_back(id.get<int32_t>());
-      } else {
-        return Corrupt(source, absl::StrCat("template token '", name, "' is not in the vocabulary"));
-      }
-    }
-  }
+  if (absl::Status s = ParsePostProcessor(post, vocab_, source, &prefix_ids_, &suffix_ids_); !s.ok()) return s;
 
   const size_t n_ids = static_cast<size_t>(vocab_.size());
   special_.assign(n_ids, false);

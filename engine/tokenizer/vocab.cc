@@ -101,14 +101,35 @@ std::optional<int32_t> StringIdMap::Find(std::string_view key) const {
 absl::StatusOr<Vocab> Vocab::Build(const std::vector<std::pair<std::string, int64_t>>& model_vocab,
                                    const std::vector<AddedToken>& added, const std::string& source) {
   int64_t max_id = -1;
+  std::string_view max_token;
+  const char* max_where = "";
   for (const auto& [token, id] : model_vocab) {
     if (id < 0 || id >= std::numeric_limits<int32_t>::max()) {
       return absl::InvalidArgumentError(
           absl::StrCat("tokenizer file '", source, "': model.vocab entry '", token, "' has an invalid id ", id));
     }
-    max_id = std::max(max_id, id);
+    if (id > max_id) {
+      max_id = id;
+      max_token = token;
+      max_where = "model.vocab";
+    }
   }
-  for (const AddedToken& t : added) max_id = std::max<int64_t>(max_id, t.id);
+  for (const AddedToken& t : added) {
+    if (t.id > max_id) {
+      max_id = t.id;
+      max_token = t.content;
+      max_where = "added_tokens";
+    }
+  }
+  // The id -> token table has max_id + 1 entries, so ids far beyond the number of tokens would make a
+  // small file allocate gigabytes (one id of 2^31 - 2: 32 GiB). Real vocabularies are dense; allow
+  // kMaxIdGap ids without a token beyond the count of entries.
+  const int64_t entries = static_cast<int64_t>(model_vocab.size() + added.size());
+  if (max_id >= entries + kMaxIdGap) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokenizer file '", source, "': ", max_where, " entry '", max_token, "' has id ", max_id,
+        ", which leaves more than ", kMaxIdGap, " ids without a token (the file has ", entries, " tokens)"));
+  }
 
   Vocab v;
   v.id_to_token_.assign(static_cast<size_t>(max_id + 1), std::string_view());

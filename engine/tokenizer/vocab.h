@@ -60,6 +60,10 @@ class StringIdMap {
 // as in the reference, where added tokens are written into the model's maps after the model is built.
 class Vocab {
  public:
+  // Ids without a token a vocabulary may have (below its largest id): Build refuses sparser ones, whose
+  // id table would be out of proportion to the file (InvalidArgument naming the entry).
+  static constexpr int64_t kMaxIdGap = int64_t{1} << 20;
+
   // `model_vocab` holds the model section's "vocab" entries; `source` names the file in errors.
   static absl::StatusOr<Vocab> Build(const std::vector<std::pair<std::string, int64_t>>& model_vocab,
                                      const std::vector<AddedToken>& added, const std::string& source);

@@ -179,6 +179,40 @@ class CoordinatorBehaviourTest(unittest.TestCase):
         finally:
             c.close()
 
+    def test_operator_limits_refuse_before_the_pipeline_and_are_counted(self):
+        c = Cluster(self.model, coordinator_flags=["--max-model-len", "64", "--max-new-tokens", "8",
+                                                   "--metrics-listen", "127.0.0.1:0"])
+        try:
+            port = int(c.coordinator.wait_stderr(r"metrics on http://[^\s/]+:(\d+)/metrics", 10).group(1))
+            stream = c.channel.unary_stream("/layerpipe.v1.LayerPipe/Generate",
+                                            request_serializer=pb.GenerateRequest.SerializeToString,
+                                            response_deserializer=pb.GenerateResponse.FromString)
+            cases = [(pb.GenerateRequest(ids=pb.TokenIds(ids=[2, 5, 6]), max_new_tokens=9), grpc.StatusCode.INVALID_ARGUMENT,
+                      "max_new_tokens of 9 is above this server's limit of 8"),
+                     (pb.GenerateRequest(ids=pb.TokenIds(ids=[2] * 60), max_new_tokens=8), grpc.StatusCode.OUT_OF_RANGE,
+                      "exceeds this server's limit of 64 tokens"),
+                     (pb.GenerateRequest(ids=pb.TokenIds(ids=[2] * 64), max_new_tokens=1), grpc.StatusCode.OUT_OF_RANGE,
+                      "leaves no room to generate")]
+            for req, code, message in cases:
+                with self.assertRaises(grpc.RpcError) as err:
+                    list(stream(req, timeout=30))
+                self.assertEqual(err.exception.code(), code, message)
+                self.assertIn(message, err.exception.details())
+            score = pb.ScoreRequest(ids=pb.TokenIds(ids=[2] * 65))
+            with self.assertRaises(grpc.RpcError) as err:
+                c.unary("Score", score, pb.ScoreResponse)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.OUT_OF_RANGE)
+            # Within the limits all is as usual: 56 + 8 tokens fill the 64 allowed.
+            self.assertEqual(len(c.generate([2] * 56, 8)), 8)
+            import urllib.request
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            counts = {line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                      if line.startswith("layerpipe_requests_refused_total{")}
+            self.assertEqual(counts['reason="invalid"'], 1, counts)
+            self.assertEqual(counts['reason="too_long"'], 3, counts)
+        finally:
+            c.close()
+
     def test_detokenize_takes_the_models_vocabulary_only(self):
         # The tokenizer knows ids the model does not: Detokenize refuses them as Generate and Score do.
         c = Cluster(self.text_model)

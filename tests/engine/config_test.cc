@@ -129,6 +129,86 @@ TEST(ConfigTest, RejectsUnsupportedFeaturesNamingTheKey) {
   ExpectError(tc, "rope_type");
 }
 
+TEST(ConfigTest, RejectsNonStringTypesNamingTheKey) {
+  // nlohmann's value() threw type_error.302 on these (tests/fuzz/crashes/model_config_fuzz/).
+  json tc = Text12B();
+  tc["model_type"] = 1;
+  ExpectError(tc, "key \"model_type\" must be a string, got number 1");
+  ExpectError(Nested(tc), "key \"model_type\" must be a string");
+  tc = Text12B();
+  tc["rope_parameters"]["full_attention"]["rope_type"] = json::array({"default"});
+  ExpectError(tc, "key \"rope_parameters.full_attention.rope_type\" must be a string, got array");
+  tc = Text12B();
+  tc["rope_parameters"] = {{"rope_type", true}, {"rope_theta", 1e6}};
+  ExpectError(tc, "key \"rope_parameters.rope_type\" must be a string, got boolean true");
+  tc = Text12B();
+  tc["model_type"] = nullptr;  // null is the same as absent
+  EXPECT_TRUE(ParseModelConfig(tc.dump(), "cfg.json").ok());
+}
+
+TEST(ConfigTest, RejectsHugeSizesNamingTheKey) {
+  struct Case {
+    const char* key;
+    json value;
+    const char* needle;
+  };
+  const Case cases[] = {
+      // A ring of 2^40 rows would be allocated on a sliding layer's first token.
+      {"sliding_window", int64_t{1} << 40,
+       "\"sliding_window\" = 1099511627776 is outside [0, max_position_embeddings = 262144]"},
+      {"sliding_window", 262145, "\"sliding_window\" = 262145 is outside [0, max_position_embeddings = 262144]"},
+      {"sliding_window", -1, "\"sliding_window\" must be positive"},
+      {"max_position_embeddings", int64_t{1} << 40,
+       "\"max_position_embeddings\" = 1099511627776 exceeds the supported maximum of 16777216"},
+      {"hidden_size", int64_t{1} << 40, "\"hidden_size\" = 1099511627776 exceeds the supported maximum of 1048576"},
+      {"intermediate_size", int64_t{1} << 40, "\"intermediate_size\" = 1099511627776 exceeds the supported maximum"},
+      {"vocab_size", int64_t{1} << 31, "\"vocab_size\" = 2147483648 exceeds the supported maximum of 16777216"},
+      {"num_hidden_layers", 100000, "\"num_hidden_layers\" = 100000 exceeds the supported maximum of 4096"},
+      // Each of these would wrap to a valid value (16, 256, 8) when narrowed to int.
+      {"num_attention_heads", (int64_t{1} << 32) + 16, "\"num_attention_heads\" = 4294967312 exceeds the supported maximum"},
+      {"head_dim", (int64_t{1} << 32) + 256, "\"head_dim\" = 4294967552 exceeds the supported maximum of 65536"},
+      {"num_key_value_heads", (int64_t{1} << 32) + 8, "\"num_key_value_heads\" = 4294967304 exceeds"},
+      {"global_head_dim", (int64_t{1} << 32) + 512, "\"global_head_dim\" = 4294967808 exceeds"},
+      {"num_global_key_value_heads", -1, "\"num_global_key_value_heads\" must be positive, got -1"},
+      // Above INT64_MAX: get<int64_t>() would make it negative.
+      {"hidden_size", uint64_t{1} << 63, "key \"hidden_size\" = 9223372036854775808 is out of range"},
+      // Narrowed to int32 they would be 2 and 1, inside the vocabulary.
+      {"bos_token_id", (int64_t{1} << 32) + 2, "key \"bos_token_id\" = 4294967298 is outside the int32 range"},
+      {"eos_token_id", json::array({(int64_t{1} << 32) + 1}), "key \"eos_token_id\" = 4294967297 is outside"},
+      {"pad_token_id", int64_t{1} << 40, "key \"pad_token_id\" = 1099511627776 is outside the int32 range"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.key);
+    json tc = Text12B();
+    tc[c.key] = c.value;
+    ExpectError(tc, c.needle);
+    auto st = ParseModelConfig(tc.dump(), "cfg.json").status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  }
+  // The bounds leave real configs alone: the 12B's window and context, and a window as long as the context.
+  json tc = Text12B();
+  tc["sliding_window"] = 262144;
+  EXPECT_TRUE(ParseModelConfig(tc.dump(), "cfg.json").ok());
+  tc["max_position_embeddings"] = 1 << 24;
+  tc["pad_token_id"] = -1;
+  EXPECT_TRUE(ParseModelConfig(tc.dump(), "cfg.json").ok());
+}
+
+TEST(ConfigTest, RejectsNonFiniteNormAndSoftcap) {
+  // 1e999 parses as infinity.
+  std::string text = Text12B().dump();
+  const std::string eps = "\"rms_norm_eps\":1e-06";
+  ASSERT_NE(text.find(eps), std::string::npos) << text;
+  auto c = ParseModelConfig(std::string(text).replace(text.find(eps), eps.size(), "\"rms_norm_eps\":1e999"), "cfg.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("rms_norm_eps"), std::string::npos) << c.status();
+  const std::string cap = "\"final_logit_softcapping\":30.0";
+  ASSERT_NE(text.find(cap), std::string::npos) << text;
+  c = ParseModelConfig(text.replace(text.find(cap), cap.size(), "\"final_logit_softcapping\":1e999"), "cfg.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("final_logit_softcapping"), std::string::npos) << c.status();
+}
+
 TEST(ConfigTest, RejectsMalformedJson) {
   auto c = ParseModelConfig("{\"hidden_size\": ", "broken.json");
   ASSERT_FALSE(c.ok());

@@ -1,0 +1,170 @@
+// Every input of tests/fuzz/crashes/ (inputs on which a fuzz target once failed in project code; README.md
+// there lists the defects) fed through the same public API as its fuzz target, in the ordinary build:
+// each must now give the precise error, naming the field, instead of an exception, undefined behaviour
+// or a huge allocation. A file added to crashes/ without a test here fails EveryCrashInputHasATest.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "engine/model/config.h"
+#include "engine/model/safetensors.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "proto/internal.pb.h"
+#include "worker/frame_check.h"
+
+namespace layerpipe {
+namespace {
+
+// Compiled in by tests/fuzz/tests.cmake.
+const std::string kCrashes = LAYERPIPE_FUZZ_CRASHES_DIR;
+
+std::string CrashPath(const std::string& name) { return kCrashes + "/" + name; }
+
+std::string ReadCrash(const std::string& name) {
+  std::ifstream in(CrashPath(name), std::ios::binary);
+  EXPECT_TRUE(in) << "cannot open " << CrashPath(name);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Every input checked below; EveryCrashInputHasATest compares it with the directory.
+const std::set<std::string>& Covered() {
+  static const std::set<std::string> covered = {
+      "model_config_fuzz/crash-3a8130cc1378035d8abe9c8825102d0334ff82c2",
+      "model_config_fuzz/model_type_not_a_string.json",
+      "model_config_fuzz/rope_type_not_a_string.json",
+      "tokenizer_json_fuzz/model_type_not_a_string.json",
+      "tokenizer_json_fuzz/post_processor_type_not_a_string.json",
+      "tokenizer_json_fuzz/template_ids_not_numbers.json",
+      "tokenizer_json_fuzz/split_behavior_not_a_string.json",
+      "tokenizer_json_fuzz/split_invert_not_a_boolean.json",
+      "tokenizer_json_fuzz/template_ids_outside_the_vocabulary.json",
+      "tokenizer_json_fuzz/vocab_id_2147483646_allocates_32GiB.json",
+      "step_frame_fuzz/pos0_int64_max_overflows",
+      "safetensors_header_fuzz/dimension_above_int64_max",
+  };
+  return covered;
+}
+
+void ExpectStatus(const absl::Status& st, absl::StatusCode code, const std::string& part) {
+  EXPECT_EQ(st.code(), code) << st;
+  EXPECT_NE(std::string(st.message()).find(part), std::string::npos) << "'" << st.message() << "' lacks '" << part
+                                                                     << "'";
+}
+
+TEST(FuzzCrashInputs, EveryCrashInputHasATest) {
+  std::set<std::string> found;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(kCrashes)) {
+    if (!entry.is_regular_file() || entry.path().extension() == ".md") continue;
+    found.insert(std::filesystem::relative(entry.path(), kCrashes).generic_string());
+  }
+  for (const std::string& f : found) EXPECT_TRUE(Covered().count(f)) << f << " has no test in crash_inputs_test.cc";
+  for (const std::string& f : Covered()) EXPECT_TRUE(found.count(f)) << f << " is missing from " << kCrashes;
+}
+
+// --- model_config_fuzz: ParseModelConfig -------------------------------------------------------------
+
+absl::Status ParseConfigCrash(const std::string& name) {
+  return ParseModelConfig(ReadCrash(name), "config.json").status();
+}
+
+TEST(FuzzCrashInputs, ConfigModelTypeNotAString) {
+  // engine/model/config.cc: value("model_type", std::string()) threw type_error.302.
+  ExpectStatus(ParseConfigCrash("model_config_fuzz/model_type_not_a_string.json"), absl::StatusCode::kInvalidArgument,
+               "config.json: key \"model_type\" must be a string, got number 1");
+}
+
+TEST(FuzzCrashInputs, ConfigModelTypeNotAStringFoundByTheFuzzer) {
+  ExpectStatus(ParseConfigCrash("model_config_fuzz/crash-3a8130cc1378035d8abe9c8825102d0334ff82c2"),
+               absl::StatusCode::kInvalidArgument, "key \"model_type\" must be a string, got number 512");
+}
+
+TEST(FuzzCrashInputs, ConfigRopeTypeNotAString) {
+  ExpectStatus(ParseConfigCrash("model_config_fuzz/rope_type_not_a_string.json"), absl::StatusCode::kInvalidArgument,
+               "key \"rope_parameters.rope_type\" must be a string, got number 1");
+}
+
+// --- tokenizer_json_fuzz: Tokenizer::Load (FromJsonText) ---------------------------------------------
+
+absl::Status LoadTokenizerCrash(const std::string& name) { return Tokenizer::Load(CrashPath(name)).status(); }
+
+TEST(FuzzCrashInputs, TokenizerModelTypeNotAString) {
+  ExpectStatus(LoadTokenizerCrash("tokenizer_json_fuzz/model_type_not_a_string.json"),
+               absl::StatusCode::kInvalidArgument, "model.type must be a string, got number 5");
+}
+
+TEST(FuzzCrashInputs, TokenizerPostProcessorTypeNotAString) {
+  ExpectStatus(LoadTokenizerCrash("tokenizer_json_fuzz/post_processor_type_not_a_string.json"),
+               absl::StatusCode::kInvalidArgument, "post_processor.type must be a string, got number 1");
+}
+
+TEST(FuzzCrashInputs, TokenizerTemplateIdsNotNumbers) {
+  ExpectStatus(LoadTokenizerCrash("tokenizer_json_fuzz/template_ids_not_numbers.json"),
+               absl::StatusCode::kInvalidArgument,
+               "post_processor.special_tokens.x.ids[0] must be an integer, got string \"y\"");
+}
+
+TEST(FuzzCrashInputs, TokenizerSplitBehaviorNotAString) {
+  ExpectStatus(LoadTokenizerCrash("tokenizer_json_fuzz/split_behavior_not_a_string.json"),
+               absl::StatusCode::kInvalidArgument, "pre_tokenizer Split behavior must be a string, got number 1");
+}
+
+TEST(FuzzCrashInputs, TokenizerSplitInvertNotABoolean) {
+  ExpectStatus(LoadTokenizerCrash("tokenizer_json_fuzz/split_invert_not_a_boolean.json"),
+               absl::StatusCode::kInvalidArgument, "pre_tokenizer Split invert must be a boolean, got number 1");
+}
+
+TEST(FuzzCrashInputs, TokenizerTemplateIdsOutsideTheVocabulary) {
+  // Was accepted: Encode(text, true) returned -5 and 99999 with a vocabulary of one token.
+  ExpectStatus(LoadTokenizerCrash("tokenizer_json_fuzz/template_ids_outside_the_vocabulary.json"),
+               absl::StatusCode::kInvalidArgument,
+               "post_processor.special_tokens.x.ids[0] = -5 is outside the vocabulary [0, 1)");
+}
+
+TEST(FuzzCrashInputs, TokenizerVocabIdNearInt32MaxIsRefusedWithoutAllocating) {
+  // Was a 32 GiB id table from an 87-byte file.
+  ExpectStatus(LoadTokenizerCrash("tokenizer_json_fuzz/vocab_id_2147483646_allocates_32GiB.json"),
+               absl::StatusCode::kInvalidArgument,
+               "model.vocab entry 'a' has id 2147483646, which leaves more than 1048576 ids without a token");
+}
+
+// --- step_frame_fuzz: StepFrame::ParseFromArray + CheckFrameContent ----------------------------------
+
+TEST(FuzzCrashInputs, StepFramePos0NearInt64MaxDoesNotOverflow) {
+  // worker/frame_check.cc: pos0 + ids_size - 1 overflowed int64 (UBSan) while formatting the error.
+  const std::string bytes = ReadCrash("step_frame_fuzz/pos0_int64_max_overflows");
+  internal::v1::StepFrame frame;
+  ASSERT_TRUE(frame.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())));
+  ASSERT_EQ(frame.slices_size(), 1);
+  ASSERT_EQ(frame.slices(0).pos0(), INT64_MAX);
+  ASSERT_EQ(frame.slices(0).ids_size(), 2);
+  // The fuzz target's two shapes, as the first stage and as a later one.
+  for (StageShape shape : {StageShape{3840, 262144, 131072}, StageShape{4, 300, 64}}) {
+    for (bool first : {true, false}) {
+      shape.first = first;
+      int64_t rows = -1;
+      ExpectStatus(CheckFrameContent(frame, shape, &rows), absl::StatusCode::kOutOfRange,
+                   "positions 9223372036854775807..9223372036854775808 pass the model's limit of " +
+                       std::to_string(shape.max_positions));
+    }
+  }
+}
+
+// --- safetensors_header_fuzz: SafetensorsFile::Open ---------------------------------------------------
+
+TEST(FuzzCrashInputs, SafetensorsDimensionAboveInt64Max) {
+  // Was accepted with a negative dimension: 2^63 wrapped through get<int64_t>() and skipped the size guard.
+  auto file = SafetensorsFile::Open(CrashPath("safetensors_header_fuzz/dimension_above_int64_max"));
+  ExpectStatus(file.status(), absl::StatusCode::kDataLoss,
+               "tensor t: shape [9223372036854775808] has more than 281474976710656 elements (dimension 0 is "
+               "9223372036854775808)");
+}
+
+}  // namespace
+}  // namespace layerpipe
