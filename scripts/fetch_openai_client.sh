@@ -4,7 +4,9 @@
 # pinned version is already there.
 set -euo pipefail
 
-version=6.49.0
+# The newest client needs Node.js 20; Debian 12's own nodejs is 18, for which the last 4.x is the one.
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if ((node_major >= 20)); then version=6.49.0; else version=4.104.0; fi
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 prefix="$repo/third_party/npm/openai-client"
 manifest="$prefix/node_modules/openai/package.json"

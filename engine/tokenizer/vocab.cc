@@ -101,7 +101,7 @@ std::optional<int32_t> StringIdMap::Find(std::string_view key) const {
 absl::StatusOr<Vocab> Vocab::Build(const std::vector<std::pair<std::string, int64_t>>& model_vocab,
                                    const std::vector<AddedToken>& added, const std::string& source) {
   int64_t max_id = -1;
-  std::string_view max_token;
+  std::string max_token;
   const char* max_where = "";
   for (const auto& [token, id] : model_vocab) {
     if (id < 0 || id >= std::numeric_limits<int32_t>::max()) {

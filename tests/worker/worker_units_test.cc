@@ -137,6 +137,21 @@ TEST(FrameCheck, RefusesEachBadField) {
   }
 }
 
+TEST(FrameCheck, PositionsNearInt64MaxAreReportedWithoutOverflow) {
+  // pos0 + ids_size - 1 overflowed int64 while formatting this error (UBSan; the input is
+  // tests/fuzz/crashes/step_frame_fuzz/pos0_int64_max_overflows).
+  const StageShape shape{96, 300, 4096, true};
+  int64_t rows = -1;
+  absl::Status st = CheckFrameContent(OneSlice({1, 2}, std::numeric_limits<int64_t>::max()), shape, &rows);
+  EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(st.message().find("positions 9223372036854775807..9223372036854775808 pass the model's limit of 4096"),
+            absl::string_view::npos)
+      << st;
+  st = CheckFrameContent(OneSlice(std::vector<int32_t>(3, 1), std::numeric_limits<int64_t>::max() - 1), shape, &rows);
+  EXPECT_NE(st.message().find("positions 9223372036854775806..9223372036854775808"), absl::string_view::npos) << st;
+  EXPECT_EQ(rows, -1);
+}
+
 TEST(StepSequencer, ReleasesStepsInOrderWhateverTheArrivalOrder) {
   StepSequencer seq;
   EXPECT_EQ(seq.Check(0).code(), absl::StatusCode::kInvalidArgument);
