@@ -229,10 +229,7 @@ void HttpServer::ChatOrCompletion(const httplib::Request& req, httplib::Response
   auto pass = std::make_shared<ClientGate::Pass>();
   if (!Admit(req, res, pass.get())) return;
   const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) {
-    api_->Refused(absl::InvalidArgumentError("the body is not valid JSON"));
-    return WriteError(res, MakeHttpError(400, "the body is not valid JSON"));
-  }
+  if (body.is_discarded()) return WriteError(res, ToHttpError(api_->Refused(absl::InvalidArgumentError("the body is not valid JSON"))));
   auto call = chat ? ParseChatCompletion(body, options_.defaults) : ParseCompletion(body, options_.defaults);
   if (!call.ok()) return WriteError(res, BodyError(api_->Refused(call.status())));
   auto r = api_->BuildGenerate(call->request, /*fill_max_new_tokens=*/true);
@@ -280,8 +277,7 @@ void HttpServer::SubmitJob(const httplib::Request& req, httplib::Response& res) 
   if (!Admit(req, res, &pass)) return;
   const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded() || !body.is_object()) {
-    api_->Refused(absl::InvalidArgumentError("the body is not a JSON object"));
-    return WriteError(res, MakeHttpError(400, "the body is not a JSON object"));
+    return WriteError(res, ToHttpError(api_->Refused(absl::InvalidArgumentError("the body is not a JSON object"))));
   }
   // A job is a chat or completions request that outlives its connection.
   const bool chat = body.contains("messages");

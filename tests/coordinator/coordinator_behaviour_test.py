@@ -213,6 +213,33 @@ class CoordinatorBehaviourTest(unittest.TestCase):
         finally:
             c.close()
 
+    def test_text_that_is_not_utf8_is_refused_naming_the_field(self):
+        # Hand-encoded requests (a client library would refuse to build them): bytes 0xff 0xfe in a string.
+        def field(number, payload):
+            return bytes([number << 3 | 2, len(payload)]) + payload
+        bad = b"\xff\xfe"
+        message = field(2, b"user") + field(2, b"x") + field(2, bad)  # ChatMessage: role, then content twice
+        cases = [("Generate", field(1, bad) + bytes([5 << 3, 4]), "GenerateRequest.prompt"),
+                 ("Generate", field(1, b"hi") + field(7, bad) + bytes([5 << 3, 4]), "GenerateRequest.stop"),
+                 ("Generate", field(10, field(1, message)) + bytes([5 << 3, 4]), "GenerateRequest.messages.messages.content"),
+                 ("SubmitJob", field(1, field(1, bad) + bytes([5 << 3, 4])), "SubmitJobRequest.request.prompt"),
+                 ("Score", field(1, bad), "ScoreRequest.text"),
+                 ("Tokenize", field(1, bad), "TokenizeRequest.text"),
+                 ("GetJob", field(1, bad), "GetJobRequest.job_id")]
+        c = Cluster(self.text_model)
+        try:
+            for method, payload, name in cases:
+                stream = method == "Generate"
+                call = (c.channel.unary_stream if stream else c.channel.unary_unary)(
+                    f"/layerpipe.v1.LayerPipe/{method}", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+                with self.assertRaises(grpc.RpcError) as err:
+                    list(call(payload, timeout=30)) if stream else call(payload, timeout=30)
+                self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, f"{name}: {err.exception.details()}")
+                self.assertEqual(err.exception.details(), f"{name} is not valid UTF-8")
+            self.assertEqual(len(c.generate([2, 5, 6], 2)), 2)
+        finally:
+            c.close()
+
     def test_detokenize_takes_the_models_vocabulary_only(self):
         # The tokenizer knows ids the model does not: Detokenize refuses them as Generate and Score do.
         c = Cluster(self.text_model)
