@@ -7,7 +7,10 @@ cd "$(dirname "$0")/.."
 packages=(cmake ninja-build g++ pkg-config libabsl-dev nlohmann-json3-dev libgtest-dev libgmock-dev
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcivetweb-dev
           python3 python3-numpy python3-grpcio python3-protobuf python3-yaml python3-jsonschema openssl
-          openmpi-bin libopenmpi-dev libsqlite3-dev libcpp-httplib-dev curl)
+          openmpi-bin libopenmpi-dev libsqlite3-dev libcpp-httplib-dev curl
+          # The libFuzzer targets of tests/fuzz (ctest fuzz_smoke): clang, and the compiler-rt runtimes
+          # (libclang_rt.fuzzer, ASan, UBSan), which clang only recommends and so must be named.
+          clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

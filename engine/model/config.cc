@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "common/json_shown.h"
 
 namespace layerpipe {
 namespace {
@@ -17,6 +18,7 @@ using json = nlohmann::json;
 absl::Status Err(const std::string& source, const std::string& msg) {
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", msg));
 }
+
 
 // Upper bounds on the sizes a config may declare. Each is far above any Gemma model (the 12B: hidden 3840,
 // intermediate 15360, vocabulary 262144, 48 layers, 16 heads of 256/512, context 262144) and low enough
@@ -64,7 +66,7 @@ absl::Status GetString(const json& j, const char* key, const std::string& path, 
     return absl::OkStatus();
   }
   if (!it->is_string()) {
-    return Err(src, absl::StrCat("key \"", path, "\" must be a string, got ", it->type_name(), " ", it->dump()));
+    return Err(src, absl::StrCat("key \"", path, "\" must be a string, got ", Shown(*it)));
   }
   *out = it->get<std::string>();
   return absl::OkStatus();
@@ -162,7 +164,7 @@ absl::Status ParseLayerTypes(const json& tc, ModelConfig* c, const std::string& 
   }
   for (size_t i = 0; i < it->size(); ++i) {
     const json& t = (*it)[i];
-    std::string s = t.is_string() ? t.get<std::string>() : t.dump();
+    std::string s = t.is_string() ? t.get<std::string>() : Shown(t);
     if (s == "sliding_attention") {
       c->layer_types.push_back(LayerType::kSliding);
     } else if (s == "full_attention") {

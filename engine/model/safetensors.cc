@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "nlohmann/json.hpp"
+#include "common/json_shown.h"
 
 namespace layerpipe {
 namespace {
@@ -41,6 +42,7 @@ using json = nlohmann::json;
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;
 // Elements one tensor may have: 2^48 (half a petabyte of BF16).
 constexpr uint64_t kMaxElements = uint64_t{1} << 48;
+
 
 absl::StatusOr<DType> ParseDType(const std::string& s) {
   if (s == "BF16") return DType::kBF16;
@@ -142,12 +144,12 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     for (size_t i = 0; i < shape.size(); ++i) {
       const json& d = shape[i];
       if (!d.is_number_integer() || (!d.is_number_unsigned() && d.get<int64_t>() < 0)) {
-        return tbad(absl::StrCat("shape[", i, "] = ", d.dump(), " is not a non-negative integer"));
+        return tbad(absl::StrCat("shape[", i, "] is not a non-negative integer: ", Shown(d)));
       }
       const uint64_t v = d.is_number_unsigned() ? d.get<uint64_t>() : static_cast<uint64_t>(d.get<int64_t>());
       if (v > kMaxElements || (v > 0 && nonzero > kMaxElements / v)) {
-        return tbad(absl::StrCat("shape ", shape.dump(), " has more than ", kMaxElements,
-                                 " elements (dimension ", i, " is ", v, ")"));
+        return tbad(absl::StrCat("shape has more than ", kMaxElements, " elements (dimension ", i, " of ", shape.size(),
+                                 " is ", v, ")"));
       }
       if (v > 0) nonzero *= v;
       elems *= v;

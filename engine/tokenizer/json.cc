@@ -111,6 +111,7 @@ class Reader {
 
  private:
   enum class Mode { kTree, kVocab, kMerges };
+  static constexpr size_t kMaxDepth = 64;
 
   bool Fail(const std::string& what) {
     if (error_.ok()) error_ = absl::InvalidArgumentError(absl::StrCat("tokenizer file '", source_, "': ", what));
@@ -146,6 +147,10 @@ class Reader {
   }
 
   bool Open(json&& container) {
+    // The sections are walked recursively (a normalizer Sequence holds normalizers, ...) and dump()
+    // recurses, so a file nested a million levels deep would overflow the stack. Real files nest fewer
+    // than 10 levels.
+    if (stack_.size() >= kMaxDepth) return Fail(absl::StrCat("JSON nested deeper than ", kMaxDepth, " levels"));
     if (stack_.empty()) {
       out_->root = std::move(container);
       stack_.push_back(&out_->root);

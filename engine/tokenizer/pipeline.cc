@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/tokenizer/utf8.h"
 #include "nlohmann/json.hpp"
+#include "common/json_shown.h"
 
 namespace layerpipe {
 namespace {
@@ -17,6 +18,8 @@ absl::Status Unsupported(const std::string& source, const std::string& what) {
 absl::Status Corrupt(const std::string& source, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("tokenizer file '", source, "': ", what));
 }
+
+// A nlohmann::json value as shown in an error message: its type, and for a scalar its text, cut (at a UTF-8
 
 std::string TypeOf(const nlohmann::json& config) {
   if (!config.is_object() || !config.contains("type") || !config["type"].is_string()) return "";
@@ -146,7 +149,7 @@ absl::Status PreTokenizer::Add(const nlohmann::json& config, const std::string& 
   if (config.contains("behavior") && !config["behavior"].is_null()) {
     if (!config["behavior"].is_string()) {
       return Corrupt(source, absl::StrCat("pre_tokenizer Split behavior must be a string, got ",
-                                          config["behavior"].type_name(), " ", config["behavior"].dump()));
+                                          Shown(config["behavior"])));
     }
     behavior = config["behavior"].get<std::string>();
   }
@@ -167,7 +170,7 @@ absl::Status PreTokenizer::Add(const nlohmann::json& config, const std::string& 
   if (config.contains("invert") && !config["invert"].is_null()) {
     if (!config["invert"].is_boolean()) {
       return Corrupt(source, absl::StrCat("pre_tokenizer Split invert must be a boolean, got ",
-                                          config["invert"].type_name(), " ", config["invert"].dump()));
+                                          Shown(config["invert"])));
     }
     step.invert = config["invert"].get<bool>();
   }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/tokenizer/json.h"
 #include "nlohmann/json.hpp"
+#include "common/json_shown.h"
 
 namespace layerpipe {
 namespace {
@@ -20,6 +21,8 @@ absl::Status Corrupt(const std::string& source, const std::string& what) {
 absl::Status Unsupported(const std::string& source, const std::string& what) {
   return absl::UnimplementedError(absl::StrCat("tokenizer file '", source, "': unsupported ", what));
 }
+
+// A nlohmann::json value as shown in an error message: its type, and for a scalar its text, cut (at a UTF-8
 
 absl::StatusOr<std::vector<AddedToken>> ParseAddedTokens(const nlohmann::json& root, const std::string& source) {
   std::vector<AddedToken> added;
@@ -68,8 +71,7 @@ absl::Status ParsePostProcessor(const nlohmann::json& post, const Vocab& vocab, 
   if (post.is_null()) return absl::OkStatus();
   if (!post.is_object()) return Corrupt(source, absl::StrCat("post_processor must be an object, got ", post.type_name()));
   if (post.contains("type") && !post["type"].is_string()) {
-    return Corrupt(source, absl::StrCat("post_processor.type must be a string, got ", post["type"].type_name(), " ",
-                                        post["type"].dump()));
+    return Corrupt(source, absl::StrCat("post_processor.type must be a string, got ", Shown(post["type"])));
   }
   const std::string type = post.contains("type") ? post["type"].get<std::string>() : std::string();
   if (type != "TemplateProcessing") return Unsupported(source, absl::StrCat("post_processor type '", type, "'"));
@@ -112,7 +114,7 @@ absl::Status ParsePostProcessor(const nlohmann::json& post, const Vocab& vocab, 
     for (size_t k = 0; k < ids.size(); ++k) {
       const nlohmann::json& id = ids[k];
       if (!id.is_number_integer()) {
-        return Corrupt(source, absl::StrCat(path, "[", k, "] must be an integer, got ", id.type_name(), " ", id.dump()));
+        return Corrupt(source, absl::StrCat(path, "[", k, "] must be an integer, got ", Shown(id)));
       }
       const bool in_vocab = id.is_number_unsigned() ? id.get<uint64_t>() < static_cast<uint64_t>(vocab.size())
                                                     : id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab.size();
@@ -156,8 +158,7 @@ absl::Status Tokenizer::Init(const std::string& source, std::string_view json_te
   if (!root.contains("model") || !root["model"].is_object()) return Corrupt(source, "no \"model\" object");
   const nlohmann::json& model = root["model"];
   if (model.contains("type") && !model["type"].is_string()) {
-    return Corrupt(source, absl::StrCat("model.type must be a string, got ", model["type"].type_name(), " ",
-                                        model["type"].dump()));
+    return Corrupt(source, absl::StrCat("model.type must be a string, got ", Shown(model["type"])));
   }
   const std::string model_type = model.contains("type") ? model["type"].get<std::string>() : std::string();
   if (model_type != "BPE") {

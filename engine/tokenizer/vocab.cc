@@ -101,7 +101,7 @@ std::optional<int32_t> StringIdMap::Find(std::string_view key) const {
 absl::StatusOr<Vocab> Vocab::Build(const std::vector<std::pair<std::string, int64_t>>& model_vocab,
                                    const std::vector<AddedToken>& added, const std::string& source) {
   int64_t max_id = -1;
-  std::string max_token;
+  const std::string* max_token = nullptr;
   const char* max_where = "";
   for (const auto& [token, id] : model_vocab) {
     if (id < 0 || id >= std::numeric_limits<int32_t>::max()) {
@@ -110,14 +110,14 @@ absl::StatusOr<Vocab> Vocab::Build(const std::vector<std::pair<std::string, int6
     }
     if (id > max_id) {
       max_id = id;
-      max_token = token;
+      max_token = &token;
       max_where = "model.vocab";
     }
   }
   for (const AddedToken& t : added) {
     if (t.id > max_id) {
       max_id = t.id;
-      max_token = t.content;
+      max_token = &t.content;
       max_where = "added_tokens";
     }
   }
@@ -127,7 +127,7 @@ absl::StatusOr<Vocab> Vocab::Build(const std::vector<std::pair<std::string, int6
   const int64_t entries = static_cast<int64_t>(model_vocab.size() + added.size());
   if (max_id >= entries + kMaxIdGap) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "tokenizer file '", source, "': ", max_where, " entry '", max_token, "' has id ", max_id,
+        "tokenizer file '", source, "': ", max_where, " entry '", *max_token, "' has id ", max_id,
         ", which leaves more than ", kMaxIdGap, " ids without a token (the file has ", entries, " tokens)"));
   }
 

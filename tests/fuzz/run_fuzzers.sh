@@ -5,6 +5,7 @@
 #
 #   tests/fuzz/run_fuzzers.sh SECONDS [BUILD_DIR]     BUILD_DIR defaults to build-fuzz
 #   FUZZ_TARGETS="step_frame_fuzz ..." limits the run to those targets.
+#   FUZZ_SKIP_BUILD=1 runs the targets already built in BUILD_DIR (e.g. built under a build lock).
 #
 # First each target replays crashes/<target>/ (inputs that once crashed it: regression inputs once the
 # bug is fixed; crashes/README.md lists them). New inputs go to a temporary corpus (removed afterwards);
@@ -30,9 +31,13 @@ if [ ! -f "$runtime" ]; then
   exit 77
 fi
 
-cmake -S "$src" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DLAYERPIPE_CUDA=OFF -DLAYERPIPE_FUZZ=ON \
-      -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" --target layerpipe_fuzzers
+if [ "${FUZZ_SKIP_BUILD:-0}" != 1 ]; then
+  start=$SECONDS
+  cmake -S "$src" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DLAYERPIPE_CUDA=OFF -DLAYERPIPE_FUZZ=ON \
+        -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$build" --target layerpipe_fuzzers
+  echo "== fuzz build: $((SECONDS - start)) s"
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

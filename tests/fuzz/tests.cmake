@@ -14,8 +14,9 @@ endif()
 # RUN_SERIAL: the clang build takes both cores of a small CI machine, so no other test runs beside it
 # (and, being a test, it starts only after scripts/build.sh has built everything else).
 # On by default where clang++ and its libFuzzer runtime are installed (scripts/install_deps.sh installs
-# clang and libclang-rt-14-dev). On 2 cores: ~6 min for the clang build of a fresh fuzz-build (rebuilt
-# incrementally afterwards), ~75 s for the six targets at 10 s each.
+# clang and libclang-rt-14-dev). Measured on 2 cores: the clang build of a fresh fuzz-build takes ~95 s
+# (~220 s of CPU; up to 5 min when the machine is shared), an incremental one seconds; the run ~70 s (six
+# targets at 10 s each, after their crashes/ replay and corpus).
 set(layerpipe_fuzz_smoke_default OFF)
 find_program(LAYERPIPE_CLANGXX clang++)
 if(LAYERPIPE_CLANGXX)

@@ -124,5 +124,26 @@ TEST(TokenizerJsonErrors, SparseIdsAreRefusedBeforeAllocating) {
   EXPECT_EQ((*tok)->vocab_size(), Vocab::kMaxIdGap + 1);
 }
 
+TEST(TokenizerJsonErrors, DeepNestingIsRefusedBeforeItIsWalked) {
+  // PreTokenizer::Add recursed once per Sequence level: 100000 levels overflowed the stack.
+  json c = Tiny();
+  c.erase("pre_tokenizer");
+  std::string text = c.dump();
+  text.pop_back();  // the closing brace
+  constexpr int kLevels = 100000;
+  text += ",\"pre_tokenizer\":";
+  for (int i = 0; i < kLevels; ++i) text += "{\"type\":\"Sequence\",\"pretokenizers\":[";
+  text += "{\"type\":\"Split\",\"pattern\":{\"String\":\"a\"}}";
+  for (int i = 0; i < kLevels; ++i) text += "]}";
+  text += "}";
+  const absl::Status st = Tokenizer::FromJsonText(text, "tiny.json").status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("JSON nested deeper than 64 levels"), std::string::npos) << st;
+  // A few levels, as real files have, are fine.
+  c = Tiny();
+  for (int i = 0; i < 10; ++i) c["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array({c["pre_tokenizer"]})}};
+  EXPECT_TRUE(LoadStatus(c).ok()) << LoadStatus(c);
+}
+
 }  // namespace
 }  // namespace layerpipe
