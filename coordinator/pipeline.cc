@@ -258,14 +258,8 @@ void Pipeline::ApplyResult(const internal::v1::StepResult& res) {
   if (!res.error().empty()) {
     const auto code = static_cast<absl::StatusCode>(res.error_code());
     const std::string msg = absl::StrCat("stage ", res.stage(), ": ", res.error());
-    // A request the workers reject would be rejected again on replay: fail it. Anything else is a
-    // fault of the pipeline, recovered by replay.
-    if (code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kResourceExhausted ||
-        code == absl::StatusCode::kOutOfRange) {
-      for (auto& r : step.requests) {
-        --r->in_flight;
-        Finish(*r, "error", absl::Status(code, msg));
-      }
+    if (RefusedForGood(code)) {
+      FailStep(step, absl::Status(code, msg));
     } else {
       fault_ = msg;
     }
@@ -300,20 +294,28 @@ void Pipeline::ApplyResult(const internal::v1::StepResult& res) {
   }
 }
 
+bool Pipeline::RefusedForGood(absl::StatusCode code) {
+  // A step a stage rejects for what it carries would be rejected again on replay, and replay after
+  // replay (an endless recovery): its requests fail instead. Anything else is a fault, recovered by replay.
+  return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kResourceExhausted ||
+         code == absl::StatusCode::kOutOfRange;
+}
+
+void Pipeline::FailStep(InFlightStep& step, const absl::Status& error) {
+  for (auto& r : step.requests) {
+    --r->in_flight;
+    if (!r->done()) Finish(*r, "error", error);
+  }
+}
+
 void Pipeline::RefusedByFirstStage(uint64_t step_id, const grpc::Status& s) {
   const std::string msg = absl::StrCat("stage 0 (", stages_[0].address, ") refused step ", step_id, ": ", s.error_message());
   auto it = in_flight_.find(step_id);
-  // A frame the stage finds malformed would be refused again on replay, and replay after replay
-  // (an endless recovery): its requests fail instead. Anything else is a fault, recovered by replay.
-  if (it != in_flight_.end() && (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
-                                 s.error_code() == grpc::StatusCode::OUT_OF_RANGE)) {
+  if (it != in_flight_.end() && RefusedForGood(static_cast<absl::StatusCode>(s.error_code()))) {
     InFlightStep step = std::move(it->second);
     in_flight_.erase(it);
     LP_LOG(WARNING) << msg << "; failing its " << step.requests.size() << " requests";
-    for (auto& r : step.requests) {
-      --r->in_flight;
-      if (!r->done()) Finish(*r, "error", absl::InternalError(msg));
-    }
+    FailStep(step, absl::InternalError(msg));
     return;
   }
   if (fault_.empty()) fault_ = msg;

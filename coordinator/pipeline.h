@@ -101,6 +101,10 @@ class Pipeline {
   void ApplyResult(const internal::v1::StepResult& result);
   // Stage 0 did not take a step.
   void RefusedByFirstStage(uint64_t step_id, const grpc::Status& status);
+  // Whether a stage's refusal of a step holds for every replay of it.
+  static bool RefusedForGood(absl::StatusCode code);
+  // Ends every request of `step` with `error`.
+  void FailStep(InFlightStep& step, const absl::Status& error);
   void HandleToken(Request& r, const internal::v1::SliceResult& s);
   void Finish(Request& r, const std::string& reason, absl::Status error);
   void Admit();

@@ -16,6 +16,11 @@ absl::Status Bad(const std::string& param, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(param, ": ", what));
 }
 
+// A JSON number that can be a token id: an integer in [0, 2^31).
+bool IsTokenId(const json& id) {
+  return id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= std::numeric_limits<int32_t>::max();
+}
+
 // Typed reads of optional fields; JSON null counts as absent, as OpenAI's own server treats it.
 class Body {
  public:
@@ -147,9 +152,7 @@ absl::Status ParseCommon(const Body& b, const OpenAiDefaults& d, OpenAiCall* cal
   if (b.Has("stop_token_ids")) {  // vLLM's extension
     if (!b["stop_token_ids"].is_array()) return Bad("stop_token_ids", "must be an array of token ids");
     for (const json& id : b["stop_token_ids"]) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-        return Bad("stop_token_ids", "must be an array of non-negative token ids");
-      }
+      if (!IsTokenId(id)) return Bad("stop_token_ids", "must be an array of non-negative token ids");
       req.add_stop_ids(id.get<int32_t>());
     }
   }
@@ -228,9 +231,7 @@ absl::StatusOr<OpenAiCall> ParseCompletion(const json& body, const OpenAiDefault
     call.request.set_prompt(prompt.get<std::string>());
   } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number_integer()) {
     for (const json& id : prompt) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-        return Bad("prompt", "token ids must be non-negative integers");
-      }
+      if (!IsTokenId(id)) return Bad("prompt", "token ids must be non-negative integers");
       call.request.mutable_ids()->add_ids(id.get<int32_t>());
     }
   } else if (prompt.is_array() && prompt.size() > 1) {
