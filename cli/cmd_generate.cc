@@ -9,6 +9,7 @@
 #include "cli/remote_client.h"
 #include "cli/remote_commands.h"
 #include "cli/remote_request.h"
+#include "cli/media_inputs.h"
 #include "engine/tokenizer/chat_format.h"
 #include "engine/tokenizer/chat_messages_json.h"
 #include "engine/generate.h"
@@ -33,6 +34,7 @@ std::vector<FlagSpec> Specs() {
       {"coordinator", false, false, "HOST:PORT of a cluster coordinator: generate there (no --model)"},
       {"top-logprobs", false, false, "with --coordinator: report the K most likely ids per token on stderr"},
   };
+  for (FlagSpec& f : MediaFlagSpecs()) s.push_back(f);
   for (FlagSpec& f : SamplingFlagSpecs()) s.push_back(f);
   for (FlagSpec& f : EngineFlagSpecs()) s.push_back(f);
   for (FlagSpec& f : ConnectionFlagSpecs()) s.push_back(f);
@@ -87,21 +89,35 @@ int Run(const Args& args) {
     req.stop.stop_ids = *ids;
   }
   req.stop.stop_strings = args.All("stop");
+  auto config = LoadModelConfig(*model);
+  if (!config.ok()) return Fail(cmd, config.status());
+  auto media = LoadLocalMedia(args, *config);
+  if (!media.ok()) return Fail(cmd, media.status());
+  SoftTokenExpander expander = media->Expander();
   if (args.Has("messages")) {
     auto messages = ReadChatMessagesFile(args.StringOr("messages", ""));
     if (!messages.ok()) return Fail(cmd, messages.status());
-    auto ids = BuildChatConversation(*tokenizer, *messages);
+    auto ids = BuildChatConversation(*tokenizer, *messages, &expander);
     if (!ids.ok()) return Fail(cmd, ids.status());
     req.prompt = *std::move(ids);
   } else if (args.Has("prompt")) {
     auto text = args.String("prompt");
-    req.prompt = args.Has("chat") ? BuildChatPrompt(*tokenizer, *text, args.StringOr("system", ""))
-                                  : tokenizer->Encode(*text, /*add_bos=*/true);
+    if (args.Has("chat")) {
+      req.prompt = BuildChatPrompt(*tokenizer, *text, args.StringOr("system", ""), &expander);
+    } else {
+      req.prompt = expander.EncodePrompt(*tokenizer, *text, /*add_bos=*/true);
+    }
   } else {
     auto ids = args.Ids("ids");
     if (!ids.ok()) return Fail(cmd, ids.status());
     req.prompt = *ids;
   }
+  if (args.Has("prompt") || args.Has("messages")) {
+    if (auto st = expander.Finish(); !st.ok()) return Fail(cmd, st);
+  }
+  auto spans = media->Spans(req.prompt);
+  if (!spans.ok()) return Fail(cmd, spans.status());
+  req.soft = *std::move(spans);
 
   auto engine = Engine::Load(*model, *engine_opts);
   if (!engine.ok()) return Fail(cmd, engine.status());

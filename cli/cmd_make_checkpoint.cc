@@ -31,6 +31,8 @@ std::vector<FlagSpec> Specs() {
       {"seed", false, false, "random seed (default 0)"},
       {"shards", false, false, "safetensors shards (1: a single model.safetensors; default by size)"},
       {"flat-config", true, false, "write a flat gemma4_unified_text config.json"},
+      {"text-only", true, false,
+       "leave out the vision embedder and audio projection (written by default when --vocab holds their ids)"},
       {"tokenizer", false, false, "tokenizer.json to copy into the checkpoint"},
   };
 }
@@ -79,6 +81,7 @@ int Run(const Args& args) {
   o.rope_theta_sliding = *theta;
   o.rope_theta_full = *gtheta;
   o.flat_config = args.Has("flat-config");
+  o.text_only = args.Has("text-only");
   o.tokenizer_json = args.StringOr("tokenizer", "");
   if (args.Has("layer-types")) {
     for (absl::string_view t : absl::StrSplit(*args.String("layer-types"), ',')) {

@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "cli/cli_util.h"
+#include "cli/media_inputs.h"
 #include "cli/commands.h"
 #include "cli/npy.h"
 #include "cli/remote_client.h"
@@ -19,6 +20,7 @@ std::vector<FlagSpec> Specs() {
        "HOST:PORT of a cluster coordinator: score there (no --model); without --logits-out prints logprobs"},
       {"text", false, false, "with --coordinator: text to score (the coordinator tokenizes it)"},
   };
+  for (FlagSpec& f : MediaFlagSpecs()) s.push_back(f);
   for (FlagSpec& f : EngineFlagSpecs()) s.push_back(f);
   for (FlagSpec& f : ConnectionFlagSpecs()) s.push_back(f);
   return s;
@@ -37,9 +39,15 @@ int Run(const Args& args) {
   if (!out.ok()) return Fail(cmd, out.status());
   auto opts = EngineOptionsFromArgs(args);
   if (!opts.ok()) return Fail(cmd, opts.status());
+  auto config = LoadModelConfig(*model);
+  if (!config.ok()) return Fail(cmd, config.status());
+  auto media = LoadLocalMedia(args, *config);
+  if (!media.ok()) return Fail(cmd, media.status());
+  auto spans = media->Spans(*ids);
+  if (!spans.ok()) return Fail(cmd, spans.status());
   auto engine = Engine::Load(*model, *opts);
   if (!engine.ok()) return Fail(cmd, engine.status());
-  auto logits = (*engine)->Score(*ids);
+  auto logits = (*engine)->Score(*ids, *spans);
   if (!logits.ok()) return Fail(cmd, logits.status());
   const int64_t n = static_cast<int64_t>(ids->size());
   if (auto st = WriteNpyF32(*out, {n, (*engine)->config().vocab_size}, logits->data()); !st.ok()) {

@@ -3,6 +3,8 @@
 #include "absl/strings/str_join.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/media_inputs.h"
+#include "engine/tokenizer/chat_format.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace layerpipe::cli {
@@ -16,6 +18,10 @@ std::vector<FlagSpec> Specs() {
       {"decode", false, false, "ids to decode, comma-separated; prints the text"},
       {"add-bos", false, false, "prepend <bos> when encoding (default true)"},
       {"skip-special", false, false, "drop special tokens when decoding (default false)"},
+      {"chat", true, false, "encode --text in the chat format of the -it model"},
+      {"system", false, false, "system turn for --chat"},
+      {"image", false, true, "with --model: an image attachment (repeatable); its <|image|> expands to its soft tokens"},
+      {"audio", false, true, "with --model: a WAV attachment (repeatable); its <|audio|> expands to its soft tokens"},
   };
 }
 
@@ -51,7 +57,25 @@ int Run(const Args& args) {
     std::printf("%s\n", (*tok)->Decode(ids, *skip).c_str());
     return 0;
   }
-  ids = (*tok)->Encode(*args.String("text"), *add_bos);
+  if ((args.Has("image") || args.Has("audio")) && !args.Has("model")) {
+    return Fail(cmd, absl::InvalidArgumentError("--image and --audio need --model (its config says how they expand)"));
+  }
+  ModelConfig config;  // a tokenizer alone knows no attachments
+  if (args.Has("model")) {
+    auto c = LoadModelConfig(*args.String("model"));
+    if (!c.ok()) return Fail(cmd, c.status());
+    config = *c;
+  }
+  auto media = LoadLocalMedia(args, config);
+  if (!media.ok()) return Fail(cmd, media.status());
+  SoftTokenExpander expander = media->Expander();
+  const std::string text = *args.String("text");
+  if (args.Has("chat")) {
+    ids = BuildChatPrompt(**tok, text, args.StringOr("system", ""), &expander);
+  } else {
+    ids = expander.EncodePrompt(**tok, text, *add_bos);
+  }
+  if (auto st = expander.Finish(); !st.ok()) return Fail(cmd, st);
   std::printf("[%s]\n", absl::StrJoin(ids, ",").c_str());
   return 0;
 }

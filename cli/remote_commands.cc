@@ -50,6 +50,7 @@ int RunRemoteScore(const Args& args) {
   } else {
     req.set_text(args.StringOr("text", ""));
   }
+  if (auto st = AddAttachments(args, req.mutable_attachments()); !st.ok()) return Fail(cmd, st);
   const std::string logits_out = args.StringOr("logits-out", "");
   req.set_return_logits(!logits_out.empty());
 

@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cli/cli_util.h"
+#include "cli/media_inputs.h"
 #include "engine/tokenizer/chat_messages_json.h"
 
 namespace layerpipe::cli {
@@ -47,7 +48,23 @@ std::vector<FlagSpec> RemoteGenerateFlagSpecs() {
       {"top-logprobs", false, false, "also report the K most likely ids of every generated token (0..20)"},
   };
   for (FlagSpec& f : SamplingFlagSpecs()) specs.push_back(f);
+  for (FlagSpec& f : MediaFlagSpecs()) specs.push_back(f);
   return specs;
+}
+
+absl::Status AddAttachments(const Args& args, google::protobuf::RepeatedPtrField<v1::Attachment>* out) {
+  auto files = ReadMediaFiles(args);
+  if (!files.ok()) return files.status();
+  // The coordinator decodes them; it pairs them with placeholders or id runs in order of kind.
+  for (auto& [kind, bytes] : *files) {
+    v1::Attachment* a = out->Add();
+    if (kind == SoftSpan::Kind::kImage) {
+      a->set_image(std::move(bytes));
+    } else {
+      a->set_audio(std::move(bytes));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::GenerateRequest> GenerateRequestFromArgs(const Args& args) {
@@ -73,6 +90,7 @@ absl::StatusOr<v1::GenerateRequest> GenerateRequestFromArgs(const Args& args) {
     if (!ids.ok()) return ids.status();
     req.mutable_ids()->mutable_ids()->Assign(ids->begin(), ids->end());
   }
+  if (auto st = AddAttachments(args, req.mutable_attachments()); !st.ok()) return st;
   int32_t max_new = 0;
   if (auto st = ParseInt32Flag(args, "max-new-tokens", &max_new); !st.ok()) return st;
   req.set_max_new_tokens(max_new);

@@ -86,7 +86,8 @@ int64_t ClientApi::MaxRequestBytes() const {
   // The longest text that may fit, or ids for the whole context (5 bytes each at most), and room for
   // the other fields (stop strings, sampling).
   const int64_t context = config_.max_position_embeddings;
-  return std::max<int64_t>(context * std::max<int64_t>(max_token_bytes_, 1), context * 5) + (int64_t{1} << 20);
+  return std::max<int64_t>(context * std::max<int64_t>(max_token_bytes_, 1), context * 5) + kMaxAttachmentBytes +
+         (int64_t{1} << 20);
 }
 
 absl::StatusOr<ClientGate::Pass> ClientApi::Admit(absl::string_view authorization, absl::string_view peer) {
@@ -121,7 +122,69 @@ absl::Status ClientApi::CheckIds(const int32_t* ids, size_t n) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int32_t>> ClientApi::PromptOf(const v1::GenerateRequest& req) const {
+absl::StatusOr<std::shared_ptr<const PromptMedia>> ClientApi::DecodeFiles(const std::vector<MediaFile>& files) const {
+  int64_t bytes = 0;
+  for (const MediaFile& f : files) bytes += static_cast<int64_t>(f.bytes.size());
+  if (bytes > kMaxAttachmentBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the attachments come to ", bytes, " bytes, over the limit of ",
+                                                   kMaxAttachmentBytes, " per request"));
+  }
+  auto media = PromptMedia::Decode(files, config_);
+  if (!media.ok()) return media.status();
+  return std::make_shared<const PromptMedia>(*std::move(media));
+}
+
+absl::StatusOr<std::shared_ptr<const PromptMedia>> ClientApi::DecodeAttachments(
+    const google::protobuf::RepeatedPtrField<v1::Attachment>& attachments) const {
+  std::vector<MediaFile> files;
+  for (int i = 0; i < attachments.size(); ++i) {
+    const v1::Attachment& a = attachments[i];
+    if (a.data_case() == v1::Attachment::DATA_NOT_SET) {
+      return absl::InvalidArgumentError(absl::StrCat("attachments[", i, "] has neither image nor audio"));
+    }
+    const bool image = a.data_case() == v1::Attachment::kImage;
+    files.push_back({image ? SoftSpan::Kind::kImage : SoftSpan::Kind::kAudio, image ? a.image() : a.audio(),
+                     absl::StrCat("attachments[", i, "]")});
+  }
+  return DecodeFiles(files);
+}
+
+absl::StatusOr<std::shared_ptr<const PromptMedia>> ClientApi::DecodeMedia(const v1::GenerateRequest& req) const {
+  if (req.input_case() != v1::GenerateRequest::kMessages || !req.attachments().empty()) {
+    for (const v1::ChatMessage& m : req.messages().messages()) {
+      for (const v1::ContentPart& p : m.parts()) {
+        if (p.part_case() == v1::ContentPart::kImage || p.part_case() == v1::ContentPart::kAudio) {
+          // Placeholders in the texts and parts of their own would take attachments in two orders.
+          return absl::InvalidArgumentError("give images and audio either as attachments or in the messages' parts, not both");
+        }
+      }
+    }
+    return DecodeAttachments(req.attachments());
+  }
+  std::vector<MediaFile> files;
+  for (int i = 0; i < req.messages().messages_size(); ++i) {
+    const v1::ChatMessage& m = req.messages().messages(i);
+    for (int j = 0; j < m.parts_size(); ++j) {
+      const v1::ContentPart& p = m.parts(j);
+      if (p.part_case() == v1::ContentPart::kImage || p.part_case() == v1::ContentPart::kAudio) {
+        const bool image = p.part_case() == v1::ContentPart::kImage;
+        files.push_back({image ? SoftSpan::Kind::kImage : SoftSpan::Kind::kAudio, image ? p.image() : p.audio(),
+                         absl::StrCat("messages[", i, "].parts[", j, "]")});
+      }
+    }
+  }
+  return DecodeFiles(files);
+}
+
+absl::Status ClientApi::AttachMedia(std::shared_ptr<const PromptMedia> media, Request* r) const {
+  auto spans = media->Spans(r->prompt);
+  if (!spans.ok()) return spans.status();
+  r->soft = *std::move(spans);
+  if (!media->empty()) r->media = std::move(media);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> ClientApi::PromptOf(const v1::GenerateRequest& req, SoftTokenExpander* soft) const {
   switch (req.input_case()) {
     case v1::GenerateRequest::kPrompt:
       if (tokenizer_ == nullptr) return absl::FailedPreconditionError("the coordinator has no tokenizer; send ids");
@@ -129,8 +192,8 @@ absl::StatusOr<std::vector<int32_t>> ClientApi::PromptOf(const v1::GenerateReque
       if (auto st = CheckTextLength(req.prompt().size() + (req.chat() ? req.system().size() : 0), "prompt"); !st.ok()) {
         return st;
       }
-      return req.chat() ? BuildChatPrompt(*tokenizer_, req.prompt(), req.system())
-                        : tokenizer_->Encode(req.prompt(), /*add_bos=*/true);
+      return req.chat() ? BuildChatPrompt(*tokenizer_, req.prompt(), req.system(), soft)
+                        : soft->EncodePrompt(*tokenizer_, req.prompt(), /*add_bos=*/true);
     case v1::GenerateRequest::kMessages: {
       if (tokenizer_ == nullptr) return absl::FailedPreconditionError("the coordinator has no tokenizer; send ids");
       if (!req.system().empty()) {
@@ -139,11 +202,21 @@ absl::StatusOr<std::vector<int32_t>> ClientApi::PromptOf(const v1::GenerateReque
       size_t bytes = 0;
       std::vector<ChatMessage> messages;
       for (const v1::ChatMessage& m : req.messages().messages()) {
-        bytes += m.content().size();
-        messages.push_back({m.role(), m.content()});
+        // The parts follow the content, written as the chat template writes them.
+        std::string content = m.content();
+        for (const v1::ContentPart& p : m.parts()) {
+          switch (p.part_case()) {
+            case v1::ContentPart::kText: content += p.text(); break;
+            case v1::ContentPart::kImage: content += kChatImageItem; break;
+            case v1::ContentPart::kAudio: content += kChatAudioItem; break;
+            default: return absl::InvalidArgumentError("a content part has neither text, image nor audio");
+          }
+        }
+        bytes += content.size();
+        messages.push_back({m.role(), std::move(content)});
       }
       if (auto st = CheckTextLength(bytes, "conversation"); !st.ok()) return st;
-      return BuildChatConversation(*tokenizer_, messages);
+      return BuildChatConversation(*tokenizer_, messages, soft);
     }
     case v1::GenerateRequest::kIds: {
       if (req.chat()) return absl::InvalidArgumentError("chat needs a text prompt, not ids");
@@ -159,9 +232,16 @@ absl::StatusOr<std::vector<int32_t>> ClientApi::PromptOf(const v1::GenerateReque
 absl::StatusOr<std::shared_ptr<Request>> ClientApi::Build(const v1::GenerateRequest& req, bool fill_max_new_tokens) {
   auto r = std::make_shared<Request>();
   r->id = next_id_++;
-  auto prompt = PromptOf(req);
+  auto media = DecodeMedia(req);
+  if (!media.ok()) return media.status();
+  SoftTokenExpander soft = (*media)->Expander();
+  auto prompt = PromptOf(req, &soft);
   if (!prompt.ok()) return prompt.status();
   r->prompt = *std::move(prompt);
+  if (req.input_case() != v1::GenerateRequest::kIds) {
+    if (auto st = soft.Finish(); !st.ok()) return st;
+  }
+  if (auto st = AttachMedia(*std::move(media), r.get()); !st.ok()) return st;
   // Text too: a tokenizer may know more ids than the model embeds (a test vocabulary over a small
   // model), and no stage could run such a prompt.
   if (auto st = CheckIds(r->prompt.data(), r->prompt.size()); !st.ok()) return st;
@@ -219,11 +299,15 @@ absl::StatusOr<std::shared_ptr<Request>> ClientApi::BuildScoreRequest(const v1::
   auto r = std::make_shared<Request>();
   r->id = next_id_++;
   r->kind = RequestKind::kScore;
+  auto media = DecodeAttachments(req.attachments());
+  if (!media.ok()) return media.status();
   if (req.input_case() == v1::ScoreRequest::kText) {
     if (tokenizer_ == nullptr) return absl::FailedPreconditionError("no tokenizer; send ids");
     if (req.text().empty()) return absl::InvalidArgumentError("the text is empty");
     if (auto st = CheckTextLength(req.text().size(), "text"); !st.ok()) return st;
-    r->prompt = tokenizer_->Encode(req.text(), /*add_bos=*/true);
+    SoftTokenExpander soft = (*media)->Expander();
+    r->prompt = soft.EncodePrompt(*tokenizer_, req.text(), /*add_bos=*/true);
+    if (auto st = soft.Finish(); !st.ok()) return st;
     if (auto st = CheckIds(r->prompt.data(), r->prompt.size()); !st.ok()) return st;
   } else if (req.input_case() == v1::ScoreRequest::kIds) {
     if (req.ids().ids().empty()) return absl::InvalidArgumentError("the prompt is empty");
@@ -232,6 +316,7 @@ absl::StatusOr<std::shared_ptr<Request>> ClientApi::BuildScoreRequest(const v1::
   } else {
     return absl::InvalidArgumentError("the request has neither text nor ids");
   }
+  if (auto st = AttachMedia(*std::move(media), r.get()); !st.ok()) return st;
   const int64_t n = static_cast<int64_t>(r->prompt.size());
   if (n > max_model_len_) {
     return absl::OutOfRangeError(absl::StrCat(n, " tokens exceed ", max_model_len_ == config_.max_position_embeddings ? "the model's context" : "this server's limit", " of ", max_model_len_));
@@ -523,7 +608,13 @@ void ClientApi::FillJobInfo(const Request& r, bool with_tokens, v1::JobInfo* inf
 absl::StatusOr<std::vector<int32_t>> ClientApi::Tokenize(const v1::TokenizeRequest& req) const {
   if (tokenizer_ == nullptr) return absl::FailedPreconditionError("the coordinator has no tokenizer");
   if (auto st = CheckTextLength(req.text().size(), "text"); !st.ok()) return st;
-  return req.chat() ? BuildChatPrompt(*tokenizer_, req.text()) : tokenizer_->Encode(req.text(), req.add_bos());
+  auto media = DecodeAttachments(req.attachments());
+  if (!media.ok()) return media.status();
+  SoftTokenExpander soft = (*media)->Expander();
+  std::vector<int32_t> ids =
+      req.chat() ? BuildChatPrompt(*tokenizer_, req.text(), {}, &soft) : soft.EncodePrompt(*tokenizer_, req.text(), req.add_bos());
+  if (auto st = soft.Finish(); !st.ok()) return st;
+  return ids;
 }
 
 absl::StatusOr<std::string> ClientApi::Detokenize(const v1::DetokenizeRequest& req) const {

@@ -16,6 +16,7 @@
 #include "coordinator/client_gate.h"
 #include "coordinator/jobs/job_journal.h"
 #include "coordinator/pipeline.h"
+#include "engine/media/prompt_media.h"
 #include "engine/model/config.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "proto/layerpipe.pb.h"
@@ -97,7 +98,17 @@ class ClientApi {
  private:
   // OUT_OF_RANGE when a text of `bytes` cannot fit the context, checked before tokenizing it.
   absl::Status CheckTextLength(size_t bytes, const char* what) const;
-  absl::StatusOr<std::vector<int32_t>> PromptOf(const v1::GenerateRequest& req) const;
+  // The attachments of one request, all together: their encoded bytes.
+  static constexpr int64_t kMaxAttachmentBytes = int64_t{64} << 20;
+  // The prompt's ids, its placeholders expanded through `soft`.
+  absl::StatusOr<std::vector<int32_t>> PromptOf(const v1::GenerateRequest& req, SoftTokenExpander* soft) const;
+  // A request's attachments, then those in its messages' parts, decoded (bounded by kMaxAttachmentBytes).
+  absl::StatusOr<std::shared_ptr<const PromptMedia>> DecodeMedia(const v1::GenerateRequest& req) const;
+  absl::StatusOr<std::shared_ptr<const PromptMedia>> DecodeAttachments(
+      const google::protobuf::RepeatedPtrField<v1::Attachment>& attachments) const;
+  absl::StatusOr<std::shared_ptr<const PromptMedia>> DecodeFiles(const std::vector<MediaFile>& files) const;
+  // Pairs the prompt's runs of soft-token ids with `media` into r->media and r->soft.
+  absl::Status AttachMedia(std::shared_ptr<const PromptMedia> media, Request* r) const;
   // BuildGenerate and BuildScore without counting their refusals (a restored job is no client's request).
   absl::StatusOr<std::shared_ptr<Request>> Build(const v1::GenerateRequest& req, bool fill_max_new_tokens);
   absl::StatusOr<std::shared_ptr<Request>> BuildScoreRequest(const v1::ScoreRequest& req);

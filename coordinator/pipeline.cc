@@ -207,7 +207,7 @@ void Pipeline::OnStepDone(const internal::v1::StepResult& result) {
 bool Pipeline::NextStep(internal::v1::StepFrame* frame, InFlightStep* step) {
   std::optional<StepPlan> plan = scheduler_.Plan(running_, in_flight_.size(), !pending_release_.empty());
   if (!plan) return false;
-  *frame = BuildStepFrame(*plan, epoch_, next_step_++, pending_release_);
+  *frame = BuildStepFrame(*plan, epoch_, next_step_++, pending_release_, config_.audio.samples_per_token);
   frame->set_epoch_secret(epoch_secret_);
   pending_release_.clear();
   Scheduler::MarkSent(*plan);

@@ -13,6 +13,8 @@
 
 #include "absl/status/status.h"
 #include "coordinator/request_events.h"
+#include "engine/media/prompt_media.h"
+#include "engine/model/soft_tokens.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/stop_conditions.h"
 #include "engine/sampling/text_stream.h"
@@ -32,6 +34,10 @@ struct Request {
   std::string job_id;  // non-empty for jobs
   std::string owner;   // the client (token name) a job belongs to; empty: anyone may see it
   std::vector<int32_t> prompt;
+  // The prompt's images and audio, prepared, kept to the end so that a replay embeds them again; `soft`
+  // says which prompt rows they fill (and points into `media`).
+  std::shared_ptr<const PromptMedia> media;
+  std::vector<SoftSpan> soft;
   SamplingParams sampling;
   v1::SamplingParams sampling_proto;
   int top_logprobs = 0;

@@ -49,20 +49,32 @@ absl::Status Engine::Advance(absl::Span<const StepInput> inputs, const HeadFn& h
   }
   std::vector<size_t> done(inputs.size(), 0);
   std::vector<float> hidden;
+  const int64_t frame = config_.audio.samples_per_token;
   for (;;) {
     std::vector<SequenceSlice> slices;
     std::vector<int32_t> ids;
+    std::vector<SoftSpan> soft;
+    std::vector<std::vector<PositionRange>> blocks;
     std::vector<size_t> which;
+    blocks.reserve(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
-      const size_t n = std::min<size_t>(inputs[i].ids.size() - done[i], options_.prefill_chunk);
-      if (n == 0) continue;
-      slices.push_back({inputs[i].kv, static_cast<int64_t>(n)});
-      ids.insert(ids.end(), inputs[i].ids.begin() + done[i], inputs[i].ids.begin() + done[i] + n);
+      const StepInput& in = inputs[i];
+      const int64_t total = static_cast<int64_t>(in.ids.size()), begin = static_cast<int64_t>(done[i]);
+      if (begin == total) continue;
+      // A chunk never cuts an image: its soft tokens must all see each other in one pass.
+      const int64_t n = ChunkEnd(in.soft, begin, total, options_.prefill_chunk) - begin;
+      for (SoftSpan& sp : SpansIn(in.soft, begin, begin + n, frame)) {
+        sp.offset += static_cast<int64_t>(ids.size());
+        soft.push_back(sp);
+      }
+      blocks.push_back(ImageBlocks(SpansIn(in.soft, begin, begin + n, frame), in.kv->length()));
+      slices.push_back({in.kv, n, blocks.back()});
+      ids.insert(ids.end(), in.ids.begin() + begin, in.ids.begin() + begin + n);
       which.push_back(i);
     }
     if (slices.empty()) break;
     hidden.resize(ids.size() * H);
-    if (auto st = executor_->Embed(ids, hidden.data()); !st.ok()) return st;
+    if (auto st = executor_->EmbedInputs(ids, soft, hidden.data()); !st.ok()) return st;
     if (auto st = executor_->Forward(slices, hidden.data()); !st.ok()) return st;
     // The head streams the whole embedding matrix, so the rows that need logits go through it together.
     std::vector<float> last_rows;
@@ -148,20 +160,23 @@ absl::StatusOr<std::vector<LogitRowSummary>> Engine::StepSummaries(absl::Span<co
   return summaries;
 }
 
-absl::StatusOr<std::vector<float>> Engine::Score(absl::Span<const int32_t> ids) {
+absl::StatusOr<std::vector<float>> Engine::Score(absl::Span<const int32_t> ids, absl::Span<const SoftSpan> soft) {
   if (ids.empty()) return absl::InvalidArgumentError("no token ids to score");
   if (auto st = ValidateIds(ids); !st.ok()) return st;
-  const int64_t H = config_.hidden_size, V = config_.vocab_size;
+  const int64_t H = config_.hidden_size, V = config_.vocab_size, total = static_cast<int64_t>(ids.size());
   auto kv = NewSequence();
   std::vector<float> logits(ids.size() * V);
   std::vector<float> hidden;
-  for (size_t p = 0; p < ids.size(); p += options_.prefill_chunk) {
-    const size_t n = std::min<size_t>(ids.size() - p, options_.prefill_chunk);
+  for (int64_t p = 0; p < total;) {
+    const int64_t n = ChunkEnd(soft, p, total, options_.prefill_chunk) - p;
+    const std::vector<SoftSpan> spans = SpansIn(soft, p, p + n, config_.audio.samples_per_token);
+    const std::vector<PositionRange> blocks = ImageBlocks(spans, kv->length());
     hidden.resize(n * H);
-    if (auto st = executor_->Embed(ids.subspan(p, n), hidden.data()); !st.ok()) return st;
-    SequenceSlice slice{kv.get(), static_cast<int64_t>(n)};
+    if (auto st = executor_->EmbedInputs(ids.subspan(p, n), spans, hidden.data()); !st.ok()) return st;
+    SequenceSlice slice{kv.get(), n, blocks};
     if (auto st = executor_->Forward({&slice, 1}, hidden.data()); !st.ok()) return st;
     if (auto st = executor_->Logits(hidden.data(), n, logits.data() + p * V); !st.ok()) return st;
+    p += n;
   }
   return logits;
 }

@@ -15,6 +15,7 @@
 #include "engine/backend/layer_backend.h"
 #include "engine/sampling/logit_summary.h"
 #include "engine/model/precision.h"
+#include "engine/model/soft_tokens.h"
 #include "engine/model/weights.h"
 
 namespace layerpipe {
@@ -26,10 +27,12 @@ struct EngineOptions {
   BackendMaker make_backend;    // empty: the CPU executor
 };
 
-// New tokens for one sequence in a step (a prompt, a prompt chunk, or one decode token).
+// New tokens for one sequence in a step (a prompt, a prompt chunk, or one decode token), with the soft
+// tokens among them (offsets into ids; the images and samples they point at outlive the call).
 struct StepInput {
   SequenceState* kv;
   absl::Span<const int32_t> ids;
+  absl::Span<const SoftSpan> soft = {};
 };
 
 class Engine {
@@ -58,7 +61,7 @@ class Engine {
   absl::StatusOr<std::vector<float>> Logits(const std::vector<float>& hidden, int64_t rows);
 
   // Logits at every position of a fresh sequence: [ids][vocab].
-  absl::StatusOr<std::vector<float>> Score(absl::Span<const int32_t> ids);
+  absl::StatusOr<std::vector<float>> Score(absl::Span<const int32_t> ids, absl::Span<const SoftSpan> soft = {});
 
   // InvalidArgument naming the first id outside the vocabulary.
   absl::Status ValidateIds(absl::Span<const int32_t> ids) const;

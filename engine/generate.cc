@@ -56,8 +56,10 @@ absl::StatusOr<GenerateResult> Generate(Engine& engine, const Tokenizer* tokeniz
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   Clock::time_point first_token;
+  absl::Span<const SoftSpan> soft = request.soft;
   for (;;) {
-    StepInput in{kv.get(), next};
+    StepInput in{kv.get(), next, soft};
+    soft = {};
     auto id_or = NextToken(engine, in, sampler, history);
     if (!id_or.ok()) return id_or.status();
     const int32_t id = *id_or;

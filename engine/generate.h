@@ -18,6 +18,7 @@ namespace layerpipe {
 
 struct GenerateRequest {
   std::vector<int32_t> prompt;
+  std::vector<SoftSpan> soft;  // the prompt's soft tokens (their images and samples outlive the call)
   SamplingParams sampling;
   StopConfig stop;  // stop.max_new_tokens must be > 0
 };

@@ -87,6 +87,10 @@ def main():
     ap.add_argument("--coordinator", required=True, help="HOST:PORT of the coordinator")
     ap.add_argument("--prompt", default="The capital of France is")
     ap.add_argument("--max-new-tokens", type=int, default=16)
+    ap.add_argument("--image", action="append", default=[],
+                    help="a PNG or JPEG to attach (repeatable): put one <|image|> in --prompt for each")
+    ap.add_argument("--audio", action="append", default=[],
+                    help="a WAV to attach (repeatable): put one <|audio|> in --prompt for each")
     ap.add_argument("--proto", default=DEFAULT_PROTO, help="path of layerpipe.proto")
     ap.add_argument("--tls-ca", help="PEM CA of the coordinator's certificate (TLS)")
     ap.add_argument("--token", help="bearer token (needs --tls-ca: gRPC sends tokens only over TLS)")
@@ -103,11 +107,20 @@ def main():
     for s in status.stages:
         print(f"  stage {s.stage}: {s.address} layers [{s.layer_begin}, {s.layer_end}) {s.health}")
 
-    tokens = client.Tokenize(pb.TokenizeRequest(text=args.prompt, add_bos=True), timeout=30)
+    # Files travel as bytes; the coordinator decodes them and expands each placeholder to its soft tokens.
+    attachments = []
+    for path in args.image:
+        with open(path, "rb") as f:
+            attachments.append(pb.Attachment(image=f.read()))
+    for path in args.audio:
+        with open(path, "rb") as f:
+            attachments.append(pb.Attachment(audio=f.read()))
+
+    tokens = client.Tokenize(pb.TokenizeRequest(text=args.prompt, add_bos=True, attachments=attachments), timeout=30)
     print("tokenize ids:", ",".join(map(str, tokens.ids)))
 
     # Greedy (temperature unset = 0), streamed.
-    request = pb.GenerateRequest(prompt=args.prompt, max_new_tokens=args.max_new_tokens)
+    request = pb.GenerateRequest(prompt=args.prompt, max_new_tokens=args.max_new_tokens, attachments=attachments)
     print("generate text: ", end="")
     ids, last = follow(client.Generate(request))
     print("generate ids:", ",".join(map(str, ids)))
@@ -115,7 +128,9 @@ def main():
           f"{last.usage.completion_tokens} generated, first token {last.timings.time_to_first_token_ms:.1f} ms, "
           f"total {last.timings.total_ms:.1f} ms")
 
-    score = client.Score(pb.ScoreRequest(ids=pb.TokenIds(ids=list(tokens.ids) + ids)), timeout=60)
+    # The prompt's runs of image (audio) ids take the attachments again, in order.
+    score = client.Score(pb.ScoreRequest(ids=pb.TokenIds(ids=list(tokens.ids) + ids), attachments=attachments),
+                         timeout=60)
     print(f"score: {len(score.ids)} ids, total logprob {sum(score.logprobs):.6f}")
 
     # The same request as a job: it would survive this client's disconnect; here it is followed at once.

@@ -8,6 +8,9 @@ packages=(cmake ninja-build g++ pkg-config libabsl-dev nlohmann-json3-dev libgte
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libcivetweb-dev
           python3 python3-numpy python3-grpcio python3-protobuf python3-yaml python3-jsonschema openssl
           openmpi-bin libopenmpi-dev libsqlite3-dev libcpp-httplib-dev curl
+          # engine/media: image and audio decoding (PNG, JPEG, EXIF, WAV, resampling); Pillow is the
+          # reference tests/media/media_vs_pillow.py holds it to.
+          libpng-dev libjpeg62-turbo-dev libexif-dev libsndfile1-dev libsoxr-dev python3-pil
           # The libFuzzer targets of tests/fuzz (ctest fuzz_smoke): clang, and the compiler-rt runtimes
           # (libclang_rt.fuzzer, ASan, UBSan), which clang only recommends and so must be named.
           clang libclang-rt-14-dev)

@@ -19,6 +19,11 @@ struct StageShape {
   int64_t vocab_size = 0;
   int64_t max_positions = 0;
   bool first = false;
+  // Image and audio inputs (zero: the model takes none of that kind).
+  int64_t vision_block = 0;   // pixels per side of one image soft token
+  int64_t audio_frame = 0;    // samples per audio soft token
+  int32_t image_id = -1;      // the placeholder ids
+  int32_t audio_id = -1;
 };
 
 // Rows (tokens) of one frame, summed over its slices. Caps the activations a single frame can make

@@ -1,6 +1,7 @@
 #include "worker/stage.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,7 +20,16 @@ Stage::Stage(std::shared_ptr<const ModelWeights> weights, const StageOptions& op
 
 StageShape Stage::shape() const {
   const ModelConfig& c = weights_->config();
-  return StageShape{c.hidden_size, c.vocab_size, c.max_position_embeddings, options_.first};
+  StageShape shape{c.hidden_size, c.vocab_size, c.max_position_embeddings, options_.first};
+  if (c.vision.present) {
+    shape.vision_block = c.vision.model_patch_size;
+    shape.image_id = c.mm_ids.image;
+  }
+  if (c.audio.present) {
+    shape.audio_frame = c.audio.samples_per_token;
+    shape.audio_id = c.mm_ids.audio;
+  }
+  return shape;
 }
 
 internal::v1::HiddenDType Stage::wire_dtype() const {
@@ -88,15 +98,36 @@ absl::Status Stage::Run(const internal::v1::StepFrame& frame, StageInput input, 
 
   std::vector<SequenceSlice> slices;
   std::vector<int32_t> ids;
+  std::vector<std::vector<PositionRange>> blocks(frame.slices_size());
+  std::vector<SoftSpan> soft;
+  std::vector<std::vector<float>> samples;  // audio frames, aligned copies of the wire bytes
   for (int i = 0; i < frame.slices_size(); ++i) {
     const internal::v1::StepSlice& s = frame.slices(i);
-    slices.push_back({seqs[i]->kv.get(), s.ids_size()});
+    for (const internal::v1::PositionSpan& b : s.image_blocks()) blocks[i].push_back({b.begin(), b.end()});
+    const int64_t row0 = static_cast<int64_t>(ids.size());
+    for (const internal::v1::SoftInput& in : s.soft_inputs()) {
+      SoftSpan span;
+      span.offset = row0 + in.offset();
+      span.count = in.count();
+      if (in.has_image()) {
+        span.kind = SoftSpan::Kind::kImage;
+        span.image = ImageView{in.image().height(), in.image().width(),
+                               reinterpret_cast<const uint8_t*>(in.image().rgb().data())};
+      } else {
+        span.kind = SoftSpan::Kind::kAudio;
+        std::vector<float>& f = samples.emplace_back(in.audio_samples().size() / sizeof(float));
+        std::memcpy(f.data(), in.audio_samples().data(), f.size() * sizeof(float));
+        span.samples = f.data();
+      }
+      soft.push_back(span);
+    }
+    slices.push_back({seqs[i]->kv.get(), s.ids_size(), blocks[i]});
     ids.insert(ids.end(), s.ids().begin(), s.ids().end());
   }
   const int64_t rows = static_cast<int64_t>(ids.size());
   if (options_.first) {
     hidden.assign(static_cast<size_t>(rows * H), 0.0f);
-    if (auto st = executor_->Embed(ids, hidden.data()); !st.ok()) return st;
+    if (auto st = executor_->EmbedInputs(ids, soft, hidden.data()); !st.ok()) return st;
   } else if (input.device != nullptr) {
     if (input.device->rows() != rows || input.device->width() != H) {
       return absl::InvalidArgumentError(absl::StrCat("the linked activations are [", input.device->rows(), ", ",
@@ -146,6 +177,8 @@ absl::Status Stage::Run(const internal::v1::StepFrame& frame, StageInput input, 
   forward->set_epoch(frame.epoch());
   forward->set_step_id(frame.step_id());
   *forward->mutable_slices() = frame.slices();
+  // The pixels and samples were embedded here; later stages need only the image blocks.
+  for (internal::v1::StepSlice& s : *forward->mutable_slices()) s.clear_soft_inputs();
   *forward->mutable_release() = frame.release();
   forward->set_hidden_dtype(wire_dtype());
   if (on_device != nullptr) {

@@ -198,8 +198,18 @@ absl::StatusOr<OpenAiCall> ParseChatCompletion(const json& body, const OpenAiDef
   OpenAiCall call;
   LP_RETURN_IF_ERROR(ParseCommon(b, defaults, &call));
   if (!b.Has("messages")) return Bad("messages", "is required");
-  auto messages = ParseChatMessages(body["messages"]);
+  std::vector<ChatAttachment> attachments;
+  auto messages = ParseChatMessages(body["messages"], &attachments);
   if (!messages.ok()) return messages.status();
+  // The parts became <|image|> / <|audio|> items in the texts, which take the attachments in order.
+  for (ChatAttachment& a : attachments) {
+    v1::Attachment* out = call.request.add_attachments();
+    if (a.image) {
+      out->set_image(std::move(a.bytes));
+    } else {
+      out->set_audio(std::move(a.bytes));
+    }
+  }
   // OpenAI's newer name for a system turn.
   for (ChatMessage& m : *messages) {
     if (m.role == "developer") m.role = "system";

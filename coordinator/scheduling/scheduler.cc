@@ -20,7 +20,8 @@ std::optional<StepPlan> Scheduler::Plan(const std::vector<std::shared_ptr<Reques
   }
   if (!prefilling.empty()) {
     const std::shared_ptr<Request>& r = prefilling[prefill_rr_++ % prefilling.size()];
-    plan.slices.push_back({r, r->sent, std::min<int64_t>(limits_.prefill_chunk, r->known() - r->sent)});
+    // A chunk never cuts an image: its soft tokens must see each other in one pass on every stage.
+    plan.slices.push_back({r, r->sent, ChunkEnd(r->soft, r->sent, r->known(), limits_.prefill_chunk) - r->sent});
   }
   if (plan.slices.empty() && !releases_pending) return std::nullopt;
   return plan;

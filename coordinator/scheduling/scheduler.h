@@ -4,7 +4,7 @@
 //
 // Policy (continuous batching): every decoding sequence whose previous token came back contributes its
 // next token, up to max_batch of them; then at most one prefill chunk of at most prefill_chunk tokens,
-// taken round-robin among the prompts being prefilled, so a long prompt never starves short ones and
+// taken round-robin among the prompts being prefilled (longer or shorter so as not to cut an image), so a long prompt never starves short ones and
 // decode latency stays bounded by one chunk. Chunks of one prompt may follow each other down the pipe
 // (every stage runs steps in order, so the KV stays consistent). At most max_steps_in_flight steps are
 // on their way at once (one per stage keeps every stage busy).

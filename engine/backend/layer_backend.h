@@ -13,21 +13,40 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/backend/device_handoff.h"
 #include "engine/sampling/logit_summary.h"
 #include "engine/model/precision.h"
 #include "engine/backend/sequence_state.h"
+#include "engine/model/soft_tokens.h"
 #include "engine/model/weights.h"
 
 namespace layerpipe {
 
-// n new tokens of one sequence, at positions kv->length() .. kv->length() + n - 1.
+// n new tokens of one sequence, at positions kv->length() .. kv->length() + n - 1. image_blocks: the
+// images whose soft tokens lie in the slice (absolute positions, ascending, each wholly inside it).
 struct SequenceSlice {
   SequenceState* kv;
   int64_t n;
+  absl::Span<const PositionRange> image_blocks = {};
 };
+
+// InvalidArgument unless the slice's image blocks are non-empty, ascending, disjoint and inside it (the
+// caller never splits an image across slices).
+inline absl::Status CheckImageBlocks(const SequenceSlice& s) {
+  int64_t next = s.kv->length();
+  for (const PositionRange& b : s.image_blocks) {
+    if (b.begin < next || b.end <= b.begin || b.end > s.kv->length() + s.n) {
+      return absl::InvalidArgumentError(absl::StrCat("image block [", b.begin, ", ", b.end,
+                                                     ") is not an ascending block inside the slice [", s.kv->length(),
+                                                     ", ", s.kv->length() + s.n, ")"));
+    }
+    next = b.end;
+  }
+  return absl::OkStatus();
+}
 
 class LayerBackend {
  public:
@@ -46,6 +65,46 @@ class LayerBackend {
 
   // First stage: h = E[id] · bf16(sqrt(hidden)) into host `hidden`. Ids must be in the vocabulary.
   virtual absl::Status Embed(absl::Span<const int32_t> ids, float* hidden) = 0;
+
+  // First stage: the soft tokens of one prepared image, [blocks][hidden] into `out` (the vision embedder),
+  // and of `tokens` audio frames (the audio projection). Not scaled like text embeddings.
+  virtual absl::Status EmbedImage(const ImageView& image, float* out) {
+    return absl::UnimplementedError(device() + " has no vision embedder");
+  }
+  virtual absl::Status EmbedAudio(const float* samples, int64_t tokens, float* out) {
+    return absl::UnimplementedError(device() + " has no audio embedder");
+  }
+
+  // Embed, then the soft spans' rows replaced by their soft tokens: the first stage's input rows.
+  absl::Status EmbedInputs(absl::Span<const int32_t> ids, absl::Span<const SoftSpan> soft, float* hidden) {
+    if (absl::Status st = Embed(ids, hidden); !st.ok()) return st;
+    const ModelConfig& c = weights().config();
+    const int64_t H = c.hidden_size;
+    for (const SoftSpan& s : soft) {
+      if (s.offset < 0 || s.count <= 0 || s.offset + s.count > static_cast<int64_t>(ids.size())) {
+        return absl::InvalidArgumentError("a soft-token span lies outside its slice");
+      }
+      const bool image = s.kind == SoftSpan::Kind::kImage;
+      const int32_t placeholder = image ? c.mm_ids.image : c.mm_ids.audio;
+      for (int64_t i = s.offset; i < s.offset + s.count; ++i) {
+        if (ids[i] != placeholder) {
+          return absl::InvalidArgumentError(absl::StrCat("row ", i, " of a soft-token span holds id ", ids[i],
+                                                         ", not the placeholder ", placeholder));
+        }
+      }
+      float* rows = hidden + s.offset * H;
+      if (image) {
+        const int64_t b = c.vision.model_patch_size;
+        if (s.image.height % b != 0 || s.image.width % b != 0 || (s.image.height / b) * (s.image.width / b) != s.count) {
+          return absl::InvalidArgumentError(absl::StrCat("an image of ", s.image.width, "x", s.image.height,
+                                                         " pixels does not make the span's ", s.count, " soft tokens"));
+        }
+      }
+      absl::Status st = image ? EmbedImage(s.image, rows) : EmbedAudio(s.samples, s.count, rows);
+      if (!st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
 
   // Last stage: softcapped logits of `rows` host hidden rows into host logits [rows, vocab].
   virtual absl::Status Logits(const float* hidden, int64_t rows, float* logits) = 0;

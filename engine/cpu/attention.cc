@@ -9,6 +9,15 @@
 namespace layerpipe {
 namespace {
 
+// The last key query position p sees: itself, or the end of the image block it lies in.
+int64_t LastKey(const AttentionChunk& c, int64_t p) {
+  for (const PositionRange& b : c.image_blocks) {
+    if (p < b.begin) break;
+    if (p < b.end) return b.end - 1;
+  }
+  return p;
+}
+
 template <typename T>
 void AttendRows(const AttentionChunk& c, int h0, int h1, int kv_head, int hd, int64_t row_begin, int64_t row_end,
                 std::vector<float>& s) {
@@ -17,11 +26,12 @@ void AttendRows(const AttentionChunk& c, int h0, int h1, int kv_head, int hd, in
   for (int64_t i = row_begin; i < row_end; ++i) {
     const int64_t p = c.pos0 + i;
     const int64_t lo = c.window > 0 ? std::max<int64_t>(0, p - c.window + 1) : 0;
-    const int64_t nk = p - lo + 1;
+    const int64_t hi = LastKey(c, p);
+    const int64_t nk = hi - lo + 1;
     const float* q = c.q + i * c.q_stride + int64_t(h0) * hd;
     s.resize(static_cast<size_t>(nk * heads + heads));  // s[g * nk + (j - lo)], then 1/sum per head
     const int64_t cached_end = std::min(p + 1, c.pos0);  // keys [lo, cached_end) come from the cache
-    for (int64_t j = lo; j <= p; ++j) {
+    for (int64_t j = lo; j <= hi; ++j) {
       for (int g = 0; g < heads; ++g) {
         s[g * nk + (j - lo)] = j < cached_end ? Dot(q + g * hd, c.cache->K<T>(j) + koff, hd)
                                               : Dot(q + g * hd, c.k_new + (j - c.pos0) * c.kv_stride + koff, hd);
@@ -40,7 +50,7 @@ void AttendRows(const AttentionChunk& c, int h0, int h1, int kv_head, int hd, in
       inv_sum[g] = static_cast<float>(1.0 / sum);
       std::memset(c.out + i * c.out_stride + int64_t(h0 + g) * hd, 0, sizeof(float) * hd);
     }
-    for (int64_t j = lo; j <= p; ++j) {
+    for (int64_t j = lo; j <= hi; ++j) {
       for (int g = 0; g < heads; ++g) {
         float* out = c.out + i * c.out_stride + int64_t(h0 + g) * hd;
         if (j < cached_end) {

@@ -1,4 +1,4 @@
-// Causal (optionally sliding-window) attention of a chunk of new tokens against a sequence's KV cache,
+// Causal (optionally sliding-window, optionally with bidirectional image blocks) attention of a chunk of new tokens against a sequence's KV cache,
 // with the model's score scale of 1.0.
 #ifndef LAYERPIPE_ENGINE_CPU_ATTENTION_H_
 #define LAYERPIPE_ENGINE_CPU_ATTENTION_H_
@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
+#include "engine/model/soft_tokens.h"
 #include "engine/cpu/kv_cache.h"
 #include "engine/model/precision.h"
 
@@ -27,6 +29,9 @@ struct AttentionChunk {
   int64_t kv_stride;
   float* out;  // [n][out_stride]
   int64_t out_stride;
+  // Image blocks inside the chunk (absolute positions): a query in one also sees the later keys of its
+  // block, all of which are in the chunk. Empty on full layers, which stay causal.
+  absl::Span<const PositionRange> image_blocks = {};
 };
 
 // Rows [row_begin, row_end) of the query heads [head_begin, head_end), which must all read kv_head

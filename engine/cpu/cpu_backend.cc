@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/attention.h"
+#include "engine/cpu/embedders.h"
 #include "engine/model/bf16.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/ops.h"
@@ -58,6 +59,18 @@ absl::Status CpuBackend::Embed(absl::Span<const int32_t> ids, float* hidden) {
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::EmbedImage(const ImageView& image, float* out) {
+  if (w_.vision() == nullptr) return absl::FailedPreconditionError("this stage holds no vision embedder");
+  return EmbedImageCpu(*w_.vision(), cfg_, image, pool_,
+                       [this](const float* x, int64_t m, const Bf16Matrix& w, float* y) { Matmul(x, m, w, y); }, out);
+}
+
+absl::Status CpuBackend::EmbedAudio(const float* samples, int64_t tokens, float* out) {
+  if (w_.audio_projection() == nullptr) return absl::FailedPreconditionError("this stage holds no audio projection");
+  return EmbedAudioCpu(*w_.audio_projection(), cfg_, samples, tokens, pool_,
+                       [this](const float* x, int64_t m, const Bf16Matrix& w, float* y) { Matmul(x, m, w, y); }, out);
+}
+
 absl::Status CpuBackend::Logits(const float* hidden, int64_t rows, float* logits) {
   const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
   normed_.resize(static_cast<size_t>(rows * H));
@@ -84,6 +97,7 @@ absl::Status CpuBackend::Forward(absl::Span<const SequenceSlice> slices, float* 
       return absl::OutOfRangeError(absl::StrCat("sequence would reach position ", s.kv->length() + s.n,
                                                 " past the model's ", cfg_.max_position_embeddings));
     }
+    if (auto st = CheckImageBlocks(s); !st.ok()) return st;
     for (int64_t i = 0; i < s.n; ++i) positions.push_back(s.kv->length() + i);
   }
   if (positions.empty()) return absl::OkStatus();
@@ -165,9 +179,11 @@ void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
   for (const SequenceSlice& s : slices) {
     // Every state here came from NewSequence above.
     SequenceKv* kv = static_cast<SequenceKv*>(s.kv);
+    // Image blocks see themselves both ways on sliding layers only; full layers stay causal.
     chunks.push_back(AttentionChunk{&kv->layer(l), precision_, s.kv->length(), s.n,
                                     full ? 0 : cfg_.sliding_window, q_.data() + row0 * qw, qw,
-                                    k_.data() + row0 * kw, v_.data() + row0 * kw, kw, attn_.data() + row0 * qw, qw});
+                                    k_.data() + row0 * kw, v_.data() + row0 * kw, kw, attn_.data() + row0 * qw, qw,
+                                    full ? absl::Span<const PositionRange>() : s.image_blocks});
     for (int kv = 0; kv < kvh; ++kv) {
       for (int part = 0; part < parts; ++part) {
         const int h0 = kv * group + group * part / parts, h1 = kv * group + group * (part + 1) / parts;

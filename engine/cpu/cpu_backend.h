@@ -26,6 +26,8 @@ class CpuBackend final : public LayerBackend {
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::Status Forward(absl::Span<const SequenceSlice> slices, float* hidden) override;
   absl::Status Embed(absl::Span<const int32_t> ids, float* hidden) override;
+  absl::Status EmbedImage(const ImageView& image, float* out) override;
+  absl::Status EmbedAudio(const float* samples, int64_t tokens, float* out) override;
   absl::Status Logits(const float* hidden, int64_t rows, float* logits) override;
 
   const ModelWeights& weights() const override { return w_; }

@@ -4,7 +4,8 @@
 // rotary tables, cache block pointers), runs every layer, and downloads the hidden rows (or copies
 // them into new device rows); decode steps replay a captured CUDA graph. This file only orchestrates:
 // planning (host_step.h), scratch (step_scratch.h), the layers (decoder_layers.h, gemm_attention.h),
-// the embedding and head (tied_embedding.h) and the peer links (links/peer_links.h) live beside it.
+// the embedding and head (tied_embedding.h), the image and audio embedders (embedders.h) and the peer
+// links (links/peer_links.h) live beside it.
 #include "engine/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -21,6 +22,7 @@
 #include "engine/cuda/device_kv.h"
 #include "engine/cuda/device_rows.h"
 #include "engine/cuda/device_weights.h"
+#include "engine/cuda/embedders.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/gemm_attention.h"
 #include "engine/cuda/host_step.h"
@@ -64,6 +66,10 @@ class CudaBackend final : public LayerBackend {
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::Status Forward(absl::Span<const SequenceSlice> slices, float* hidden) override;
   absl::Status Embed(absl::Span<const int32_t> ids, float* hidden) override { return embedding_->Embed(ids, hidden); }
+  absl::Status EmbedImage(const ImageView& image, float* out) override { return embedders_->EmbedImage(image, out); }
+  absl::Status EmbedAudio(const float* samples, int64_t tokens, float* out) override {
+    return embedders_->EmbedAudio(samples, tokens, out);
+  }
   absl::Status Logits(const float* hidden, int64_t rows, float* logits) override {
     return embedding_->Logits(hidden, rows, logits);
   }
@@ -115,6 +121,7 @@ class CudaBackend final : public LayerBackend {
   std::unique_ptr<GemmAttention> gemm_attention_;
   std::unique_ptr<DecoderLayers> layers_;
   std::unique_ptr<TiedEmbedding> embedding_;
+  std::unique_ptr<DeviceEmbedders> embedders_;
 };
 
 absl::Status CudaBackend::Init() {
@@ -173,6 +180,7 @@ absl::Status CudaBackend::Init() {
   layers_ = std::make_unique<DecoderLayers>(cfg_, *dw_, layer_begin(), layer_end(), act_bf16(), *planner_, *scratch_,
                                             gemm_.get(), gemm_attention_.get(), stream_);
   embedding_ = std::make_unique<TiedEmbedding>(w_, *dw_, device_, act_bf16(), scratch_.get(), gemm_.get(), stream_);
+  embedders_ = std::make_unique<DeviceEmbedders>(cfg_, *dw_, device_, act_bf16(), gemm_.get(), stream_);
   return absl::OkStatus();
 }
 
@@ -199,6 +207,7 @@ absl::Status CudaBackend::Validate(absl::Span<const SequenceSlice> slices) const
       return absl::OutOfRangeError(absl::StrCat("sequence would reach position ", s.kv->length() + s.n,
                                                 " past the model's ", cfg_.max_position_embeddings));
     }
+    LP_RETURN_IF_ERROR(CheckImageBlocks(s));
   }
   return absl::OkStatus();
 }
@@ -308,7 +317,9 @@ absl::Status CudaBackend::Step(absl::Span<const SequenceSlice> slices, const Ste
     }
   }
 
-  bool decode = true;
+  // A captured graph reads no last_key rows, so a step that has them never replays one (one row per
+  // slice leaves an image block nothing to open up, so decode steps never have them anyway).
+  bool decode = !shape.last_keys;
   for (const SequenceSlice& s : slices) decode = decode && s.n == 1;
   if (run.ok()) {
     run = decode && use_graphs_ ? graphs_.Run(shape.num_slices, stream_, [&] { return layers_->Run(shape); })

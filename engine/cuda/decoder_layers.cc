@@ -28,6 +28,9 @@ absl::Status DecoderLayers::RunLayer(int l, const StepShape& shape) {
       reinterpret_cast<const int32_t*>(meta + lay.kv_offset) + int64_t(l - layer_begin_) * shape.num_slices;
   const auto* ptrs = reinterpret_cast<const uint64_t*>(meta + lay.ptrs);
   const int64_t window = full ? 0 : cfg_.sliding_window;
+  // Image blocks see each other both ways on sliding layers only; full layers stay causal.
+  const auto* last_key =
+      full || !shape.last_keys ? nullptr : reinterpret_cast<const int64_t*>(meta + lay.last_key);
 
   LP_CUDA_RETURN_IF_ERROR(LaunchRmsNorm(s.h.as<float>(), L.input_ln, M, H, eps, s.x.get(), bf16_, stream_));
   LP_RETURN_IF_ERROR(gemm_->Run(s.x.get(), L.qkv.data.get(), bf16_, M, L.qkv.rows, H, s.qkv.as<float>(), stream_));
@@ -55,6 +58,7 @@ absl::Status DecoderLayers::RunLayer(int l, const StepShape& shape) {
   at.q = s.qkv.as<float>();
   at.q_stride = L.qkv.rows;
   at.kv = kv;
+  at.last_key = last_key;
   at.out = s.attn.get();
   at.out_bf16 = bf16_;
   at.part_acc = s.part_acc.as<float>();
@@ -76,6 +80,7 @@ absl::Status DecoderLayers::RunLayer(int l, const StepShape& shape) {
   GemmAttentionParams gp{};
   gp.kv_offset = kv_offset;
   gp.kv = kv;
+  gp.last_key = last_key;
   gp.q = s.qkv.as<float>();
   gp.q_stride = L.qkv.rows;
   gp.heads = nh;

@@ -72,6 +72,25 @@ absl::Status UploadFloats(const std::vector<const std::vector<float>*>& parts, D
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<DeviceVision>> UploadVision(const VisionWeights& v, Uploader& up) {
+  auto d = std::make_unique<DeviceVision>();
+  LP_RETURN_IF_ERROR(up.Stack({&v.patch_dense}, &d->patch_dense));
+  LP_RETURN_IF_ERROR(up.Stack({&v.projection}, &d->projection));
+  std::vector<const float*> s;
+  LP_RETURN_IF_ERROR(UploadFloats({&v.patch_ln1_weight, &v.patch_ln1_bias, &v.patch_dense_bias, &v.patch_ln2_weight,
+                                   &v.patch_ln2_bias, &v.pos_embedding, &v.pos_norm_weight, &v.pos_norm_bias},
+                                  &d->vectors, &s));
+  d->patch_ln1_weight = s[0];
+  d->patch_ln1_bias = s[1];
+  d->patch_dense_bias = s[2];
+  d->patch_ln2_weight = s[3];
+  d->patch_ln2_bias = s[4];
+  d->pos_embedding = s[5];
+  d->pos_norm_weight = s[6];
+  d->pos_norm_bias = s[7];
+  return d;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const ModelWeights& w, bool fp32) {
@@ -101,6 +120,14 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Model
     dw->layers_.push_back(std::move(d));
   }
   if (!w.embed_tokens().empty()) LP_RETURN_IF_ERROR(up.Stack({&w.embed_tokens()}, &dw->embed_));
+  if (w.selection().embedding && w.vision() != nullptr) {
+    absl::StatusOr<std::unique_ptr<DeviceVision>> v = UploadVision(*w.vision(), up);
+    if (!v.ok()) return v.status();
+    dw->vision_ = *std::move(v);
+  }
+  if (w.selection().embedding && w.audio_projection() != nullptr) {
+    LP_RETURN_IF_ERROR(up.Stack({w.audio_projection()}, &dw->audio_));
+  }
   if (!w.final_norm().empty()) {
     std::vector<const float*> s;
     LP_RETURN_IF_ERROR(UploadFloats({&w.final_norm()}, &dw->final_norm_, &s));

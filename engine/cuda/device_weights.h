@@ -38,6 +38,21 @@ struct DeviceLayer {
   float layer_scalar = 1.0f;
 };
 
+// The first stage's image and audio embedders (MULTIMODAL.md): matrices as the layers' are, fp32 vectors.
+struct DeviceVision {
+  DeviceMatrix patch_dense;  // [hidden, patch values]
+  DeviceMatrix projection;   // [hidden, hidden]
+  DeviceBuffer vectors;      // what the pointers below point into
+  const float* patch_ln1_weight = nullptr;
+  const float* patch_ln1_bias = nullptr;
+  const float* patch_dense_bias = nullptr;
+  const float* patch_ln2_weight = nullptr;
+  const float* patch_ln2_bias = nullptr;
+  const float* pos_embedding = nullptr;  // [posemb][2][hidden]
+  const float* pos_norm_weight = nullptr;
+  const float* pos_norm_bias = nullptr;
+};
+
 class DeviceWeights {
  public:
   static absl::StatusOr<std::unique_ptr<DeviceWeights>> Upload(const ModelWeights& w, bool fp32);
@@ -45,6 +60,9 @@ class DeviceWeights {
   const DeviceLayer& layer(int absolute_layer) const { return layers_[absolute_layer - layer_begin_]; }
   const DeviceMatrix& embed() const { return embed_; }  // empty unless the selection maps it
   const float* final_norm() const { return final_norm_.as<float>(); }
+  // Null / empty unless the selection embeds and the checkpoint has them.
+  const DeviceVision* vision() const { return vision_.get(); }
+  const DeviceMatrix& audio_projection() const { return audio_; }  // [hidden, samples per token]
   bool fp32() const { return fp32_; }
 
  private:
@@ -53,6 +71,8 @@ class DeviceWeights {
   std::vector<DeviceLayer> layers_;
   DeviceMatrix embed_;
   DeviceBuffer final_norm_;
+  std::unique_ptr<DeviceVision> vision_;
+  DeviceMatrix audio_;
 };
 
 }  // namespace layerpipe::cuda

@@ -23,6 +23,9 @@ struct StepShape {
   int num_slices = 0;
   int tiles_sliding = 0, tiles_full = 0;
   int splits_sliding = 1, splits_full = 1;
+  // Some slice has an image block of more than one position: sliding layers read the step's last_key
+  // rows. Never true of a decode step (one row per slice), so decode graphs never hold them.
+  bool last_keys = false;
   StepLayout layout;
 };
 
@@ -40,6 +43,7 @@ struct HostStep {
   std::vector<int32_t> kv_offset;
   std::vector<uint64_t> ptrs;
   std::vector<float> cs_sliding, cs_full;
+  std::vector<int64_t> last_key;  // [rows] when shape.last_keys (kv_index.h LastVisibleKey), else empty
   std::vector<GemmSlice> gemm;
   StepShape shape;
 };

@@ -66,6 +66,9 @@ struct KeySource {
 // plus the step's own new keys, score scale 1. One block per (tile, KV head · head chunk, split).
 struct AttentionParams {
   KeySource kv;  // the layer's keys and values
+  // [rows]: the last key each row sees when image blocks widen a sliding layer's mask (kv_index.h
+  // LastVisibleKey); null: causal. Those later keys are the step's own rows (a slice holds a block whole).
+  const int64_t* last_key;
   const float* q;  // [rows][q_stride], heads·hd used
   int64_t q_stride;
   void* out;  // [rows][heads·hd]
@@ -113,6 +116,7 @@ cudaError_t LaunchBf16ToF32(const uint16_t* src, float* dst, int64_t n, cudaStre
 // m = group · rows_pad rows, so each KV head's scores are one GEMM of its stacked queries by its keys.
 struct GemmAttentionParams {
   KeySource kv;  // the layer's keys and values
+  const int64_t* last_key;  // as in AttentionParams
   SliceMeta slice;
   int32_t slice_index;       // into kv_offset
   const int32_t* kv_offset;  // this layer's row of the step's kv_offset table
@@ -134,7 +138,7 @@ struct GemmAttentionParams {
 };
 // q_hi/q_lo, k, v from the step's queries and the caches.
 cudaError_t LaunchGemmAttentionStage(const GemmAttentionParams& p, cudaStream_t stream);
-// p_hi/p_lo = split(softmax(scores)) under the causal / window mask.
+// p_hi/p_lo = split(softmax(scores)) under the causal / window / image-block mask.
 cudaError_t LaunchGemmAttentionSoftmax(const GemmAttentionParams& p, cudaStream_t stream);
 // out rows of the block = o.
 cudaError_t LaunchGemmAttentionScatter(const GemmAttentionParams& p, cudaStream_t stream);

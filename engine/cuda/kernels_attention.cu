@@ -63,8 +63,8 @@ __global__ void __launch_bounds__(kAttentionThreads) AttentionKernel(AttentionPa
     valid[qi] = idx < b.rows_per_tile * b.heads_per_chunk && g < b.group && row < s.n;
     q_head[qi] = kvh * b.group + g;
     q_row[qi] = s.row0 + row;
-    q_hi[qi] = s.pos0 + row;
-    q_lo[qi] = FirstVisibleKey(q_hi[qi], p.kv.window);
+    q_lo[qi] = FirstVisibleKey(s.pos0 + row, p.kv.window);
+    q_hi[qi] = valid[qi] ? LastVisibleKey(p.last_key, q_row[qi], s.pos0 + row) : s.pos0 + row;
     m[qi] = -INFINITY;
     l[qi] = 0.f;
     const float* qp = p.q + q_row[qi] * p.q_stride + int64_t(q_head[qi]) * hd;
@@ -75,12 +75,17 @@ __global__ void __launch_bounds__(kAttentionThreads) AttentionKernel(AttentionPa
     }
   }
 
-  // The block's keys: from the first row's window start to the last row's position.
+  // The block's keys: from the first row's window start to the last row's last key (rows' last keys
+  // never decrease). Tiles start at multiples of kKeysPerTile whatever rows share the block, so a
+  // query's keys always meet in the same tiles and lanes, and tiles outside its own range change
+  // nothing: unless split-K cuts its range differently, its result does not depend on how the prompt
+  // was chunked. Keys before range_lo load as zeros.
   const int first_row = tile.row_begin;
   const int last_row = min(tile.row_begin + b.rows_per_tile, s.n) - 1;
+  const int64_t range_lo = FirstVisibleKey(s.pos0 + first_row, p.kv.window);
+  const int64_t range_hi = LastVisibleKey(p.last_key, s.row0 + last_row, s.pos0 + last_row);
   int64_t kbegin, kend;
-  SplitKeyRange(FirstVisibleKey(s.pos0 + first_row, p.kv.window), s.pos0 + last_row, p.splits, split, kKeysPerTile,
-                &kbegin, &kend);
+  SplitKeyRange(range_lo / kKeysPerTile * kKeysPerTile, range_hi, p.splits, split, kKeysPerTile, &kbegin, &kend);
 
   constexpr int kVec = 16 / sizeof(T);  // elements per 16-byte load; head_dim is a multiple of kHeadDimMultiple
   const int vecs_per_row = hd / kVec;
@@ -90,7 +95,7 @@ __global__ void __launch_bounds__(kAttentionThreads) AttentionKernel(AttentionPa
       const int j = v / vecs_per_row, col = (v % vecs_per_row) * kVec;
       const int64_t key = t0 + j;
       uint4 kx = make_uint4(0, 0, 0, 0), vx = make_uint4(0, 0, 0, 0);
-      if (key < kend) {  // past the range: zeros, so 0-weighted values never inject NaN
+      if (key >= range_lo && key < kend) {  // outside the range: zeros, so 0-weighted values never inject NaN
         kx = *reinterpret_cast<const uint4*>(KeyRow<T>(p, s, kv_off, key, 0, kvh) + col);
         vx = *reinterpret_cast<const uint4*>(KeyRow<T>(p, s, kv_off, key, 1, kvh) + col);
       }

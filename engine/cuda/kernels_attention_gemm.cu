@@ -70,8 +70,9 @@ __global__ void StageQueriesKernel(GemmAttentionParams p) {
   }
 }
 
-// One block per score row: softmax over the keys the row's query sees (causal, and the window), the
-// probabilities split into p_hi / p_lo; zero for padding rows and keys the query does not see.
+// One block per score row: softmax over the keys the row's query sees (causal or to the end of its
+// image block, and the window), the probabilities split into p_hi / p_lo; zero for padding rows and
+// keys the query does not see.
 __global__ void __launch_bounds__(kThreads) SoftmaxKernel(GemmAttentionParams p) {
   __shared__ double scratch[32];
   __shared__ float max_share[32];
@@ -86,8 +87,9 @@ __global__ void __launch_bounds__(kThreads) SoftmaxKernel(GemmAttentionParams p)
     return;
   }
   const int64_t qpos = p.slice.pos0 + p.row_begin + rr;
-  // Visible keys: positions [FirstVisibleKey(qpos), qpos], i.e. this range of columns.
-  const int64_t kk_lo = FirstVisibleKey(qpos, p.kv.window) - p.key_begin, kk_hi = qpos - p.key_begin;
+  // Visible keys: positions [FirstVisibleKey(qpos), LastVisibleKey], i.e. this range of columns.
+  const int64_t kk_lo = FirstVisibleKey(qpos, p.kv.window) - p.key_begin;
+  const int64_t kk_hi = LastVisibleKey(p.last_key, p.slice.row0 + p.row_begin + rr, qpos) - p.key_begin;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   float m = -INFINITY;
   for (int64_t kk = kk_lo + threadIdx.x; kk <= kk_hi; kk += blockDim.x) m = fmaxf(m, s[kk]);

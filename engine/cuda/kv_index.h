@@ -17,6 +17,12 @@ LP_HOST_DEVICE inline int64_t FirstVisibleKey(int64_t pos, int64_t window) {
   return lo > 0 ? lo : 0;
 }
 
+// Last key the query in step row `row` at `pos` sees: its own position, or on a sliding layer the end of
+// the image block it lies in (MULTIMODAL.md, "Masks"), from the step's `last_key` rows (null: none).
+LP_HOST_DEVICE inline int64_t LastVisibleKey(const int64_t* last_key, int64_t row, int64_t pos) {
+  return last_key != nullptr ? last_key[row] : pos;
+}
+
 // Split `s` of `splits` over keys [lo, hi]: pieces are whole tiles of `tile` keys, so only the last
 // non-empty piece is ragged; later pieces may be empty (*begin >= *end).
 LP_HOST_DEVICE inline void SplitKeyRange(int64_t lo, int64_t hi, int splits, int s, int64_t tile, int64_t* begin,

@@ -42,13 +42,17 @@ int ChooseSplits(int64_t blocks, int64_t max_keys, int sm_count) {
 }
 
 std::vector<GemmQueryBlock> PlanGemmQueryBlocks(const SliceMeta& s, int64_t window, int heads,
-                                                int64_t budget_bytes) {
+                                                int64_t budget_bytes, const int64_t* last_key) {
   auto round_up = [](int64_t x, int64_t a) { return (x + a - 1) / a * a; };
+  auto last_of = [&](int64_t r) { return LastVisibleKey(last_key, r, s.pos0 + r); };
+  // How far past its own position a row sees at most (the rest of its image block).
+  int64_t reach = 0;
+  for (int64_t r = 0; last_key != nullptr && r < s.n; ++r) reach = std::max(reach, last_of(r) - (s.pos0 + r));
   // The widest key range a block of `r` rows can have: the whole slice's keys with full attention, at
-  // most r + window - 1 with a window.
+  // most r + window - 1 (+ reach) with a window.
   const int64_t span = s.pos0 + s.n - FirstVisibleKey(s.pos0, window);
   auto keys_for = [&](int64_t r) {
-    return round_up(window > 0 ? std::min(span, r + window - 1) : span, kGemmAttentionKeyAlign);
+    return round_up(window > 0 ? std::min(span, r + window - 1 + reach) : span, kGemmAttentionKeyAlign);
   };
   auto fits = [&](int64_t r) { return 8 * int64_t{heads} * r * keys_for(r) <= budget_bytes; };
   // The most rows (a multiple of the alignment) that fit, by bisection: the cost grows with the rows.
@@ -69,7 +73,8 @@ std::vector<GemmQueryBlock> PlanGemmQueryBlocks(const SliceMeta& s, int64_t wind
     b.rows = std::min<int64_t>(rows, s.n - r0);
     b.rows_pad = round_up(b.rows, kGemmAttentionRowAlign);
     b.key_begin = FirstVisibleKey(s.pos0 + r0, window);
-    b.keys = s.pos0 + r0 + b.rows - b.key_begin;
+    // Rows' last keys never decrease, so the block's last row sees furthest.
+    b.keys = last_of(r0 + b.rows - 1) + 1 - b.key_begin;
     b.keys_pad = round_up(b.keys, kGemmAttentionKeyAlign);
     blocks.push_back(b);
   }
@@ -77,7 +82,7 @@ std::vector<GemmQueryBlock> PlanGemmQueryBlocks(const SliceMeta& s, int64_t wind
 }
 
 StepLayout LayoutFor(int num_slices, int64_t rows, size_t tiles_sliding, size_t tiles_full, int local_layers,
-                     int pairs_sliding, int pairs_full, size_t num_ptrs) {
+                     int pairs_sliding, int pairs_full, size_t num_ptrs, bool last_keys) {
   StepLayout l;
   size_t at = 0;
   auto section = [&at](size_t bytes) {
@@ -92,6 +97,7 @@ StepLayout LayoutFor(int num_slices, int64_t rows, size_t tiles_sliding, size_t 
   l.kv_offset = section(sizeof(int32_t) * local_layers * num_slices);
   l.cs_sliding = section(sizeof(float) * rows * 2 * pairs_sliding);
   l.cs_full = section(sizeof(float) * rows * 2 * pairs_full);
+  l.last_key = section(last_keys ? sizeof(int64_t) * rows : 0);
   l.ptrs = section(sizeof(uint64_t) * num_ptrs);
   l.total = at;
   return l;

@@ -64,9 +64,11 @@ struct GemmQueryBlock {
 };
 
 // Cuts a slice into query blocks whose scratch (scores and probabilities: 8 bytes per query head, row
-// and key) stays within `budget_bytes`, never below kGemmAttentionRowAlign rows per block.
+// and key) stays within `budget_bytes`, never below kGemmAttentionRowAlign rows per block. `last_key`:
+// the last key each of the slice's rows sees ([s.n], non-decreasing; kv_index.h LastVisibleKey), or
+// null when every row's is its own position.
 std::vector<GemmQueryBlock> PlanGemmQueryBlocks(const SliceMeta& s, int64_t window, int heads,
-                                                int64_t budget_bytes);
+                                                int64_t budget_bytes, const int64_t* last_key = nullptr);
 
 // Key-range splits for a launch of `blocks` blocks (before splitting) whose key ranges are at most
 // `max_keys` long: enough to give every SM two blocks, never pieces shorter than a few tiles.
@@ -85,12 +87,13 @@ struct StepLayout {
   size_t kv_offset = 0;      // int32[local_layers][num_slices]: index of the layer's first block pointer
   size_t cs_sliding = 0;     // float[rows][2 * pairs_sliding]
   size_t cs_full = 0;        // float[rows][2 * pairs_full]
+  size_t last_key = 0;       // int64[rows] when the step has image blocks, else empty (kv_index.h)
   size_t ptrs = 0;           // uint64[num_ptrs]: ring base, or page bases in page order
   size_t total = 0;
 };
 
 StepLayout LayoutFor(int num_slices, int64_t rows, size_t tiles_sliding, size_t tiles_full, int local_layers,
-                     int pairs_sliding, int pairs_full, size_t num_ptrs);
+                     int pairs_sliding, int pairs_full, size_t num_ptrs, bool last_keys = false);
 
 }  // namespace layerpipe::cuda
 

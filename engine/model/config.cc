@@ -231,6 +231,64 @@ absl::Status Validate(const ModelConfig& c, const std::string& src) {
   return absl::OkStatus();
 }
 
+// vision_config / audio_config and the soft-token ids of the nested unified layout (absent: text only).
+absl::Status ParseMultimodal(const json& root, ModelConfig* c, const std::string& src) {
+  for (const char* key : {"vision_config", "audio_config"}) {
+    auto it = root.find(key);
+    if (it == root.end() || it->is_null()) continue;
+    if (!it->is_object()) return Err(src, absl::StrCat("\"", key, "\" must be an object"));
+  }
+  if (auto it = root.find("vision_config"); it != root.end() && it->is_object()) {
+    VisionConfig& v = c->vision;
+    v.present = true;
+    for (auto [key, dst, hi] : std::initializer_list<std::tuple<const char*, int64_t*, int64_t>>{
+             {"model_patch_size", &v.model_patch_size, 1024},
+             {"num_soft_tokens", &v.num_soft_tokens, 1 << 16},
+             {"mm_posemb_size", &v.posemb_size, 1 << 16}}) {
+      if (auto st = GetInt(*it, key, false, dst, src); !st.ok()) return st;
+      if (auto st = CheckRange(key, *dst, 1, hi, src); !st.ok()) return st;
+    }
+    if (auto st = GetDouble(*it, "rms_norm_eps", &v.rms_norm_eps, src); !st.ok()) return st;
+    if (!(v.rms_norm_eps > 0) || !std::isfinite(v.rms_norm_eps)) {
+      return Err(src, "\"vision_config.rms_norm_eps\" must be positive");
+    }
+  }
+  if (auto it = root.find("audio_config"); it != root.end() && it->is_object()) {
+    AudioConfig& a = c->audio;
+    a.present = true;
+    if (auto st = GetInt(*it, "audio_samples_per_token", false, &a.samples_per_token, src); !st.ok()) return st;
+    if (auto st = CheckRange("audio_samples_per_token", a.samples_per_token, 1, 1 << 16, src); !st.ok()) return st;
+    int64_t embed = a.samples_per_token;
+    if (auto st = GetInt(*it, "audio_embed_dim", false, &embed, src); !st.ok()) return st;
+    // The projection takes one frame of samples as it is.
+    if (embed != a.samples_per_token) {
+      return Err(src, absl::StrCat("\"audio_embed_dim\" (", embed, ") must equal \"audio_samples_per_token\" (",
+                                   a.samples_per_token, ")"));
+    }
+    if (auto st = GetDouble(*it, "rms_norm_eps", &a.rms_norm_eps, src); !st.ok()) return st;
+    if (!(a.rms_norm_eps > 0) || !std::isfinite(a.rms_norm_eps)) {
+      return Err(src, "\"audio_config.rms_norm_eps\" must be positive");
+    }
+  }
+  MultimodalTokenIds& ids = c->mm_ids;
+  for (auto [key, dst] : {std::pair{"image_token_id", &ids.image}, std::pair{"boi_token_id", &ids.boi},
+                          std::pair{"eoi_token_id", &ids.eoi}, std::pair{"audio_token_id", &ids.audio},
+                          std::pair{"boa_token_id", &ids.boa}, std::pair{"eoa_token_index", &ids.eoa}}) {
+    int64_t v = *dst;
+    if (auto st = GetInt(root, key, false, &v, src); !st.ok()) return st;
+    if (v < 0 || v > INT32_MAX) return Err(src, absl::StrCat("\"", key, "\" = ", v, " is outside the int32 range"));
+    *dst = static_cast<int32_t>(v);
+  }
+  if (!c->vision.present && !c->audio.present) return absl::OkStatus();
+  for (int32_t id : {ids.image, ids.boi, ids.eoi, ids.audio, ids.boa, ids.eoa}) {
+    if (id >= c->vocab_size) {
+      return Err(src, absl::StrCat("soft-token id ", id, " is outside the vocabulary of ", c->vocab_size,
+                                   " (a checkpoint with image or audio input needs them)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const char* LayerTypeName(LayerType t) { return t == LayerType::kFull ? "full_attention" : "sliding_attention"; }
@@ -308,6 +366,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const
     *dst = static_cast<int32_t>(id);
   }
   if (auto st = Validate(c, source); !st.ok()) return st;
+  if (tc != &root) {
+    if (auto st = ParseMultimodal(root, &c, source); !st.ok()) return st;
+  }
   return c;
 }
 

@@ -21,6 +21,36 @@ struct RopeConfig {
   double partial_rotary_factor = 1.0;
 };
 
+// Gemma 4 unified's encoder-free image input (MULTIMODAL.md): one soft token per block of
+// model_patch_size² pixels, at most num_soft_tokens of them per image.
+struct VisionConfig {
+  bool present = false;  // config.json has a vision_config
+  int64_t model_patch_size = 48;
+  int64_t num_soft_tokens = 280;
+  int64_t posemb_size = 1120;  // rows of pos_embedding: the largest block column or row index + 1
+  double rms_norm_eps = 1e-6;
+  // The PyTorch LayerNorms of the embedder use their default eps.
+  double layer_norm_eps = 1e-5;
+  int64_t patch_values() const { return model_patch_size * model_patch_size * 3; }
+};
+
+// The audio input: one soft token per frame of samples_per_token 16 kHz samples.
+struct AudioConfig {
+  bool present = false;
+  int64_t samples_per_token = 640;
+  double rms_norm_eps = 1e-6;
+};
+
+// The ids that frame and stand for soft tokens in a prompt (MODEL.md §1).
+struct MultimodalTokenIds {
+  int32_t image = 258880;
+  int32_t boi = 255999;
+  int32_t eoi = 258882;
+  int32_t audio = 258881;
+  int32_t boa = 256000;
+  int32_t eoa = 258883;
+};
+
 struct ModelConfig {
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -42,6 +72,9 @@ struct ModelConfig {
   int32_t bos_token_id = 2;
   int32_t eos_token_id = 1;
   int32_t pad_token_id = 0;
+  VisionConfig vision;
+  AudioConfig audio;
+  MultimodalTokenIds mm_ids;
 
   int HeadDim(int layer) const {
     return layer_types[layer] == LayerType::kFull ? global_head_dim : head_dim;

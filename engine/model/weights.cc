@@ -38,6 +38,21 @@ std::vector<std::string> NeededNames(const ModelConfig& c, const WeightSelection
   return names;
 }
 
+// Full names: the embedders sit beside the language model, not under it.
+constexpr const char* kVisionPrefix = "model.vision_embedder.";
+constexpr const char* kVisionProjection = "model.embed_vision.embedding_projection.weight";
+constexpr const char* kAudioProjection = "model.embed_audio.embedding_projection.weight";
+
+std::vector<std::string> VisionNames() {
+  std::vector<std::string> names;
+  for (const char* s : {"patch_ln1.weight", "patch_ln1.bias", "patch_dense.weight", "patch_dense.bias",
+                        "patch_ln2.weight", "patch_ln2.bias", "pos_embedding", "pos_norm.weight", "pos_norm.bias"}) {
+    names.push_back(absl::StrCat(kVisionPrefix, s));
+  }
+  names.push_back(kVisionProjection);
+  return names;
+}
+
 float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
 
 // Widens any stored dtype to fp32 (norm gains and scalars are tiny).
@@ -67,6 +82,8 @@ class Loader {
  public:
   Loader(const Checkpoint& ckpt, std::string prefix, std::vector<std::vector<uint16_t>>* converted)
       : ckpt_(ckpt), prefix_(std::move(prefix)), converted_(converted) {}
+  // The same checkpoint, names taken as full names.
+  Loader Unprefixed() const { return Loader(ckpt_, "", converted_); }
 
   absl::StatusOr<const TensorInfo*> Get(const std::string& name, std::vector<int64_t> shape) {
     std::string full = prefix_ + name;
@@ -98,7 +115,11 @@ class Loader {
   }
 
   absl::Status Vector(const std::string& name, int64_t n, std::vector<float>* out) {
-    auto t = Get(name, {n});
+    return Floats(name, {n}, out);
+  }
+
+  absl::Status Floats(const std::string& name, std::vector<int64_t> shape, std::vector<float>* out) {
+    auto t = Get(name, std::move(shape));
     if (!t.ok()) return t.status();
     *out = ToFloat(**t);
     return absl::OkStatus();
@@ -109,6 +130,34 @@ class Loader {
   std::string prefix_;
   std::vector<std::vector<uint16_t>>* converted_;
 };
+
+// The stage that embeds loads the embedders the config declares; a checkpoint that declares them must
+// hold them (serving it as text only would fail image requests at the first stage, mid-batch).
+absl::Status LoadEmbedders(const ModelConfig& c, Loader& ld, std::unique_ptr<VisionWeights>* vision,
+                           Bf16Matrix* audio) {
+  const int64_t H = c.hidden_size;
+  if (c.vision.present) {
+    auto v = std::make_unique<VisionWeights>();
+    const int64_t P = c.vision.patch_values();
+    const std::string p = kVisionPrefix;
+    absl::Status st;
+    if (st = ld.Vector(p + "patch_ln1.weight", P, &v->patch_ln1_weight); !st.ok()) return st;
+    if (st = ld.Vector(p + "patch_ln1.bias", P, &v->patch_ln1_bias); !st.ok()) return st;
+    if (st = ld.Matrix(p + "patch_dense.weight", H, P, &v->patch_dense); !st.ok()) return st;
+    if (st = ld.Vector(p + "patch_dense.bias", H, &v->patch_dense_bias); !st.ok()) return st;
+    if (st = ld.Vector(p + "patch_ln2.weight", H, &v->patch_ln2_weight); !st.ok()) return st;
+    if (st = ld.Vector(p + "patch_ln2.bias", H, &v->patch_ln2_bias); !st.ok()) return st;
+    if (st = ld.Floats(p + "pos_embedding", {c.vision.posemb_size, 2, H}, &v->pos_embedding); !st.ok()) return st;
+    if (st = ld.Vector(p + "pos_norm.weight", H, &v->pos_norm_weight); !st.ok()) return st;
+    if (st = ld.Vector(p + "pos_norm.bias", H, &v->pos_norm_bias); !st.ok()) return st;
+    if (st = ld.Matrix(kVisionProjection, H, H, &v->projection); !st.ok()) return st;
+    *vision = std::move(v);
+  }
+  if (c.audio.present) {
+    if (auto st = ld.Matrix(kAudioProjection, H, c.audio.samples_per_token, audio); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -122,7 +171,12 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> needed = NeededNames(config, sel);
   std::set<std::string, std::less<>> needed_set(needed.begin(), needed.end());
+  if (sel.embedding) {
+    for (std::string& n : VisionNames()) needed_set.insert(std::move(n));
+    needed_set.insert(kAudioProjection);
+  }
   auto wanted = [&](std::string_view name) {
+    if (needed_set.count(name)) return true;
     for (const char* p : kPrefixes) {
       if (name.rfind(p, 0) == 0 && needed_set.count(name.substr(std::strlen(p)))) return true;
     }
@@ -146,6 +200,10 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   }
   if (sel.head) {
     if (auto st = ld.Vector("norm.weight", H, &w->final_norm_); !st.ok()) return st;
+  }
+  if (sel.embedding) {
+    Loader full_names = ld.Unprefixed();
+    if (auto st = LoadEmbedders(config, full_names, &w->vision_, &w->audio_); !st.ok()) return st;
   }
   for (int l = sel.layer_begin; l < sel.layer_end; ++l) {
     LayerWeights& L = w->layers_.emplace_back();
@@ -178,12 +236,21 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   for (const std::string& name : needed) {
     if (const TensorInfo* t = (*ckpt)->Find(prefix + name)) bytes += t->nbytes;
   }
+  if (sel.embedding) {
+    std::vector<std::string> embedders = VisionNames();
+    embedders.push_back(kAudioProjection);
+    for (const std::string& name : embedders) {
+      if (const TensorInfo* t = (*ckpt)->Find(name)) bytes += t->nbytes;
+    }
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int layers = sel.layer_end - sel.layer_begin;
   std::string what = layers > 1    ? absl::StrCat("layers ", sel.layer_begin, "-", sel.layer_end - 1)
                      : layers == 1 ? absl::StrCat("layer ", sel.layer_begin)
                                    : std::string("no layers");
   if (sel.embedding) what += " + embedding";
+  if (w->vision_) what += " + vision embedder";
+  if (!w->audio_.empty()) what += " + audio projection";
   if (sel.head) what += " + head";
   std::string converted;
   if (!w->converted_.empty()) converted = absl::StrCat("; ", w->converted_.size(), " matrices converted to bf16");

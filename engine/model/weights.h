@@ -31,6 +31,16 @@ struct LayerWeights {
   float layer_scalar = 1.0f;
 };
 
+// The encoder-free vision embedder (MULTIMODAL.md), in the order it is applied to a block of pixels.
+struct VisionWeights {
+  std::vector<float> patch_ln1_weight, patch_ln1_bias;  // [patch values]
+  Bf16Matrix patch_dense;                               // [hidden, patch values]
+  std::vector<float> patch_dense_bias, patch_ln2_weight, patch_ln2_bias;
+  std::vector<float> pos_embedding;                     // [posemb][2][hidden]: column, then row
+  std::vector<float> pos_norm_weight, pos_norm_bias;
+  Bf16Matrix projection;                                // embed_vision.embedding_projection [hidden, hidden]
+};
+
 // What a caller wants mapped: layers [begin, end), plus the embedding (first stage) and/or the final
 // norm with the tied head (last stage).
 struct WeightSelection {
@@ -51,6 +61,10 @@ class ModelWeights {
   const LayerWeights& layer(int layer) const { return layers_[layer - sel_.layer_begin]; }
   const Bf16Matrix& embed_tokens() const { return embed_; }
   const std::vector<float>& final_norm() const { return final_norm_; }
+  // The stage that embeds holds the image and audio embedders when the checkpoint has them; null
+  // otherwise (a text-only checkpoint, or another stage).
+  const VisionWeights* vision() const { return vision_.get(); }
+  const Bf16Matrix* audio_projection() const { return audio_.empty() ? nullptr : &audio_; }
   // Bytes of bf16 matrices a decode step streams through (the roofline's numerator).
   size_t LayerMatrixBytes(int layer) const;
 
@@ -61,6 +75,8 @@ class ModelWeights {
   std::vector<LayerWeights> layers_;
   Bf16Matrix embed_;
   std::vector<float> final_norm_;
+  std::unique_ptr<VisionWeights> vision_;
+  Bf16Matrix audio_;  // embed_audio.embedding_projection [hidden, samples per token]
   // Matrices stored as F16/F32 on disk are converted to bf16 here; bf16 ones stay in the mapping.
   std::vector<std::vector<uint16_t>> converted_;
 };

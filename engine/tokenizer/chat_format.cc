@@ -8,18 +8,23 @@
 namespace layerpipe {
 namespace {
 
-void AppendText(const Tokenizer& tokenizer, std::string_view text, std::vector<int32_t>* ids) {
+void AppendText(const Tokenizer& tokenizer, std::string_view text, std::vector<int32_t>* ids,
+                SoftTokenExpander* soft = nullptr) {
+  if (soft != nullptr) {
+    soft->Append(tokenizer, text, ids);
+    return;
+  }
   const std::vector<int32_t> piece = tokenizer.Encode(text, /*add_bos=*/false);
   ids->insert(ids->end(), piece.begin(), piece.end());
 }
 
 void AppendTurn(const Tokenizer& tokenizer, std::string_view role, std::string_view text,
-                std::vector<int32_t>* ids) {
+                std::vector<int32_t>* ids, SoftTokenExpander* soft = nullptr) {
   ids->push_back(kTurnBeginId);
   std::string body;
   body.reserve(role.size() + 1 + text.size());
   body.append(role).append("\n").append(text);
-  AppendText(tokenizer, body, ids);
+  AppendText(tokenizer, body, ids, soft);
   ids->push_back(kTurnEndId);
   AppendText(tokenizer, "\n", ids);
 }
@@ -66,7 +71,8 @@ std::string StripThinking(const Tokenizer& tokenizer, std::string_view text) {
 }
 
 absl::StatusOr<std::vector<int32_t>> BuildChatConversation(const Tokenizer& tokenizer,
-                                                           const std::vector<ChatMessage>& messages) {
+                                                           const std::vector<ChatMessage>& messages,
+                                                           SoftTokenExpander* soft) {
   if (messages.empty()) return absl::InvalidArgumentError("the conversation has no messages");
   std::vector<int32_t> ids{kBosId};
   bool any_user = false;
@@ -77,12 +83,12 @@ absl::StatusOr<std::vector<int32_t>> BuildChatConversation(const Tokenizer& toke
         return absl::InvalidArgumentError(
             absl::StrCat("messages[", i, "]: a system message may only come first"));
       }
-      AppendTurn(tokenizer, "system", m.content, &ids);
+      AppendTurn(tokenizer, "system", m.content, &ids, soft);
     } else if (m.role == "user") {
       any_user = true;
-      AppendTurn(tokenizer, "user", m.content, &ids);
+      AppendTurn(tokenizer, "user", m.content, &ids, soft);
     } else if (m.role == "assistant" || m.role == "model") {
-      AppendTurn(tokenizer, "model", StripThinking(tokenizer, m.content), &ids);
+      AppendTurn(tokenizer, "model", StripThinking(tokenizer, m.content), &ids, soft);
     } else {
       return absl::InvalidArgumentError(absl::StrCat("messages[", i, "]: unknown role \"", m.role,
                                                      "\" (system, user or assistant)"));
@@ -99,10 +105,10 @@ absl::StatusOr<std::vector<int32_t>> BuildChatConversation(const Tokenizer& toke
 }
 
 std::vector<int32_t> BuildChatPrompt(const Tokenizer& tokenizer, std::string_view user_text,
-                                     std::string_view system_text) {
+                                     std::string_view system_text, SoftTokenExpander* soft) {
   std::vector<int32_t> ids{kBosId};
-  if (!system_text.empty()) AppendTurn(tokenizer, "system", system_text, &ids);
-  AppendTurn(tokenizer, "user", user_text, &ids);
+  if (!system_text.empty()) AppendTurn(tokenizer, "system", system_text, &ids, soft);
+  AppendTurn(tokenizer, "user", user_text, &ids, soft);
   AppendGenerationPrompt(tokenizer, &ids);
   return ids;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/tokenizer/soft_token_prompt.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace layerpipe {
@@ -37,12 +38,19 @@ struct ChatMessage {
 //
 // InvalidArgument, naming the message, for: no messages, an unknown role, a system message anywhere
 // but first, a conversation that does not end with a user message, or no user message at all.
+// With `soft`, the <|image|> and <|audio|> placeholders in message texts expand through it (the caller
+// checks soft->Finish()).
 absl::StatusOr<std::vector<int32_t>> BuildChatConversation(const Tokenizer& tokenizer,
-                                                           const std::vector<ChatMessage>& messages);
+                                                           const std::vector<ChatMessage>& messages,
+                                                           SoftTokenExpander* soft = nullptr);
 
 // The one-turn case: a user text and an optional system text (empty: no system turn).
 std::vector<int32_t> BuildChatPrompt(const Tokenizer& tokenizer, std::string_view user_text,
-                                     std::string_view system_text = {});
+                                     std::string_view system_text = {}, SoftTokenExpander* soft = nullptr);
+
+// How the chat template writes an image content item, and an audio one, inside a message's text.
+inline constexpr std::string_view kChatImageItem = "\n\n<|image|>\n\n";
+inline constexpr std::string_view kChatAudioItem = "<|audio|>";
 
 // An assistant text without its thinking spans (as above), trimmed.
 std::string StripThinking(const Tokenizer& tokenizer, std::string_view text);

@@ -161,6 +161,23 @@ TEST_F(CliTest, MessagesFileIsAMultiTurnChat) {
   ExpectFails("generate" + m + " --messages " + one + " --chat", "--chat needs --prompt");
 }
 
+TEST_F(CliTest, BadAttachmentsAreNamed) {
+  const std::string m = " --model " + *model_;
+  const std::string gif = ::testing::TempDir() + "/cli_not_an_image_" + std::to_string(getpid()) + ".gif";
+  std::ofstream(gif, std::ios::binary) << "GIF89a\x01\x00\x01\x00";
+  ExpectFails("generate" + m + " --prompt 'see <|image|>' --image /nonexistent.png --max-new-tokens 2",
+              "--image /nonexistent.png: cannot open");
+  ExpectFails("generate" + m + " --prompt 'see <|image|>' --image " + gif + " --max-new-tokens 2",
+              "--image " + gif + ": ");
+  ExpectFails("score" + m + " --ids 2,258881,258881 --audio " + gif + " --logits-out /tmp/x.npy", "--audio " + gif + ": ");
+  ExpectFails("generate" + m + " --ids 2,258880,258880 --max-new-tokens 2",
+              "more runs of id 258880 than the 0 images given");
+  ExpectFails("tokenize --tokenizer " + TokenizerPath() + " --text 'a <|image|>' --image " + gif,
+              "--image and --audio need --model");
+  ExpectFails("tokenize" + m + " --text 'no placeholder'  --audio " + gif, "--audio " + gif + ": ");
+  std::filesystem::remove(gif);
+}
+
 TEST_F(CliTest, BadArgumentsGiveAnErrorAndNonZeroExit) {
   const std::string m = " --model " + *model_;
   ExpectFails("", "usage");

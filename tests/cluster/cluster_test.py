@@ -463,6 +463,96 @@ def test_worker_restart_replays(env):
     print(f"  ok: killed after {killed_at} bytes of output")
 
 
+def write_media(env):
+    """A 300x200 PNG (resized to 960x624, 260 soft tokens, far longer than the window of 4) and a 1.3 s 16 kHz
+    PCM16 WAV (33 soft tokens), made here."""
+    from PIL import Image  # Debian's python3-pil
+    import wave
+    rng = np.random.default_rng(5)
+    yy, xx = np.mgrid[0:200, 0:300]
+    rgb = np.stack([xx * 255 // 299, yy * 255 // 199, (xx + yy) % 256], axis=-1).astype(np.int32)
+    rgb = np.clip(rgb + rng.integers(-20, 21, rgb.shape), 0, 255).astype(np.uint8)
+    image = os.path.join(env.work, "picture.png")
+    Image.fromarray(rgb, "RGB").save(image)
+    t = np.arange(int(1.3 * 16000)) / 16000.0
+    pcm = (0.3 * np.sin(2 * np.pi * 440 * t) * 32767).astype("<i2")
+    audio = os.path.join(env.work, "tone.wav")
+    with wave.open(audio, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(pcm.tobytes())
+    return image, audio
+
+
+def test_images_and_audio(env):
+    """A prompt with an image and an audio clip through 2 and 3 workers (chunks of 7 tokens, which grow to
+    keep the image whole) equals local generation; Score with an image equals local logits; a worker
+    killed mid-generation of an image prompt replays it unchanged; a missing placeholder is refused."""
+    image, audio = write_media(env)
+    prompts = [
+        ["--prompt", "Look: <|image|> and listen: <|audio|> What is it?", "--image", image, "--audio", audio],
+        ["--chat", "--prompt", "\n\n<|image|>\n\nWhat is in this picture?", "--image", image],
+    ]
+    for workers, split, extra in [(2, "0-2,3-5", ["--prefill-chunk", "7"]), (3, "0-1,2-2,3-5", [])]:
+        with Cluster(env, workers, "fp32", split, coordinator_flags=extra) as c:
+            for args in prompts:
+                gen = [*args, "--max-new-tokens", str(NEW_TOKENS)]
+                local = env.local_generate("fp32", gen)
+                remote = c.generate(gen)
+                check(len(ids_of(local)) > 0, f"local generate printed no ids for {args}")
+                check(remote == local, f"{workers} workers, {' '.join(args)}:\n  local  {local!r}\n  remote {remote!r}")
+            a = ["--coordinator", c.address]
+            expect_grpc_error(env, "INVALID_ARGUMENT", "generate", *a, "--prompt", "no placeholder", "--image", image,
+                              "--max-new-tokens", "4")
+            expect_grpc_error(env, "INVALID_ARGUMENT", "generate", *a, "--ids", "2,258880,258880", "--image", image,
+                              "--max-new-tokens", "4")
+        print(f"  ok: {workers} workers, split {split} {' '.join(extra)}")
+    # Score: the ids hold one run of 258880 as long as the image's soft tokens.
+    tok, _ = env.layerpipe_ok("tokenize", "--model", env.model, "--text", "A <|image|> picture", "--image", image)
+    ids = json.loads(tok.strip().splitlines()[-1])
+    check(ids.count(258880) == 260 and 255999 in ids and 258882 in ids, f"tokenize expanded the image to {ids}")
+    joined = ",".join(map(str, ids))
+    local_npy = os.path.join(env.work, "local_mm_logits.npy")
+    env.layerpipe_ok("score", "--model", env.model, "--precision", "fp32", "--ids", joined, "--image", image,
+                     "--logits-out", local_npy, "--prefill-chunk", "5", "--device", env.devices[0])
+    local = np.load(local_npy)
+    ls = log_softmax(local)
+    expected = np.array([0.0] + [ls[i - 1, ids[i]] for i in range(1, len(ids))])
+    with Cluster(env, 2, "fp32") as c:
+        # Longer than return_logits allows: the logprobs are compared.
+        out, _ = env.layerpipe_ok("score", "--coordinator", c.address, "--ids", joined, "--image", image)
+        got_ids, got = read_score_lines(out)
+        check(got_ids == ids, "score returned other ids")
+        err = np.abs(got - expected).max()
+        check(err <= 1e-4, f"remote logprobs with an image differ from local by {err}")
+        # The Python example sends the same files as attachments and gets the same tokens.
+        prompt = "Look: <|image|> and listen: <|audio|> What is it?"
+        p = subprocess.run(["/usr/bin/python3", os.path.join(env.src, "examples/python_client.py"), "--coordinator",
+                            c.address, "--prompt", prompt, "--image", image, "--audio", audio,
+                            "--max-new-tokens", "12"], capture_output=True, timeout=CLIENT_TIMEOUT)
+        out = p.stdout.decode(errors="replace")
+        check(p.returncode == 0, f"python_client.py --image exited {p.returncode}\n{p.stderr.decode(errors='replace')}")
+        want = ids_of(c.generate(["--prompt", prompt, "--image", image, "--audio", audio, "--max-new-tokens", "12"]))
+        check(f"generate ids: {','.join(map(str, want))}\n" in out, f"python_client.py with attachments:\n{out}")
+        check(f"job ids: {','.join(map(str, want))}\n" in out, f"python_client.py job with attachments:\n{out}")
+    print(f"  ok: score with an image, logprob error {err:.2e}; the Python client with attachments")
+    with Cluster(env, 3, "fp32", "0-1,2-2,3-5") as c:
+        args = [*prompts[0], "--max-new-tokens", str(LONG_TOKENS)]
+        client = c.start_generate(args, "long_mm")
+        client.wait_output(lambda out: len(out) > 0, 60, "any text")
+        check(client.popen.poll() is None, f"the generation finished before a worker could be killed\n{client.tail()}")
+        c.workers[0].kill_group(signal.SIGKILL)  # the stage that embeds the image
+        c.workers[0].wait(30)
+        time.sleep(1.0)
+        c.restart_worker(0)
+        rc = client.wait(CLIENT_TIMEOUT)
+        check(rc == 0, f"the image generation failed after the worker restart (exit {rc})\n{client.tail()}")
+        want = env.local_generate("fp32", args)
+        check(bytes(client.out) == want, "output with an image after the restart differs from local")
+    print("  ok: replay after kill -9 of the embedding stage")
+
+
 def test_worker_lost_gives_unavailable(env):
     """kill -9 of a worker that does not come back: the client gets UNAVAILABLE once the coordinator's
     recovery deadline has passed."""
@@ -553,6 +643,7 @@ TESTS = [
     test_cluster_command,
     test_cluster_one_shot,
     test_worker_restart_replays,
+    test_images_and_audio,
     test_worker_lost_gives_unavailable,
 ]
 

@@ -154,6 +154,38 @@ class DurableJobsTest(unittest.TestCase):
                          want[False])
         c.kill_group()
 
+    def test_a_job_with_an_image_survives_a_restart(self):
+        """The stored request keeps its attachment: after a kill in decode the restored job embeds the image
+        again and ends with the tokens an undisturbed run gives."""
+        import io
+        from PIL import Image  # Debian's python3-pil
+        png = io.BytesIO()
+        Image.frombytes("RGB", (96, 64), bytes((i * 5) % 251 for i in range(96 * 64 * 3))).save(png, "PNG")
+        # 96x64 is resized to 960x624: 20 x 13 = 260 soft tokens.
+        ids = PROMPT[:3] + [255999] + [258880] * 260 + [258882] + PROMPT[3:]
+        request = pb.GenerateRequest(ids=pb.TokenIds(ids=ids), max_new_tokens=NEW, stop_ids=[999999],
+                                     attachments=[pb.Attachment(image=png.getvalue())])
+        # The image ids need the whole vocabulary, which the other tests' checkpoint lacks.
+        model = os.path.join(ARGS.work, "model_mm")
+        shutil.rmtree(model, ignore_errors=True)
+        argv = small_checkpoint_argv(f"{ARGS.bin}/layerpipe", model, seed=9, max_positions=4096)
+        del argv[argv.index("--vocab"):argv.index("--vocab") + 2]
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+        state = os.path.join(ARGS.work, "state_image")
+        shutil.rmtree(state, ignore_errors=True)
+        c, ch = self.start_coordinator(state, "--model", model)
+        want = self.stream(ch, "Generate", request)
+        self.assertEqual(len(want), NEW)
+        job_id = self.unary(ch, "SubmitJob", pb.SubmitJobRequest(request=request), pb.SubmitJobResponse).job_id
+        self.wait_until(ch, job_id, lambda j: j.generated_tokens > 0, "decoded")
+        c.kill_group()
+        c, ch = self.start_coordinator(state, "--model", model)
+        info = self.wait_until(ch, job_id, lambda j: j.state in (pb.JOB_SUCCEEDED, pb.JOB_FAILED), "ended")
+        self.assertEqual(info.state, pb.JOB_SUCCEEDED, info.error)
+        self.assertEqual(info.prompt_tokens, len(ids))
+        self.assertEqual(list(info.ids), want)
+        c.kill_group()
+
     def test_finished_jobs_are_deleted_after_the_retention(self):
         state = os.path.join(ARGS.work, "state_retention")
         shutil.rmtree(state, ignore_errors=True)

@@ -169,6 +169,64 @@ TEST(StepFrameTest, AScoreSliceNamesTheNextId) {
   EXPECT_EQ(g.slices(0).next_id(), -1);
 }
 
+// A prompt of 20 tokens whose rows 4..9 are an image of 96x144 pixels (6 blocks) and 12..13 two audio frames.
+struct SoftPrompt {
+  std::shared_ptr<Request> r = MakeRequest(3, 20);
+  std::vector<uint8_t> rgb = std::vector<uint8_t>(96 * 144 * 3, 9);
+  std::vector<float> samples = std::vector<float>(2 * 640, 0.25f);
+  SoftPrompt() {
+    r->state = RequestState::kPrefilling;
+    SoftSpan image;
+    image.offset = 4;
+    image.count = 6;
+    image.image = ImageView{96, 144, rgb.data()};
+    SoftSpan audio;
+    audio.kind = SoftSpan::Kind::kAudio;
+    audio.offset = 12;
+    audio.count = 2;
+    audio.samples = samples.data();
+    r->soft = {image, audio};
+  }
+};
+
+TEST(SchedulerTest, PrefillChunksNeverCutAnImage) {
+  SoftPrompt p;
+  Scheduler sched({64, /*prefill_chunk=*/3, 1});
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  for (int i = 0; i < 20 && p.r->sent < p.r->known(); ++i) {
+    auto plan = sched.Plan({p.r}, 0, false);
+    ASSERT_TRUE(plan.has_value());
+    chunks.emplace_back(plan->slices[0].pos0, plan->slices[0].count);
+    Scheduler::MarkSent(*plan);
+    p.r->in_flight = 0;
+  }
+  // 0..2, then 3 alone (the next 3 would cut the image), the image whole, then chunks of 3 (audio may be cut).
+  const std::vector<std::pair<int64_t, int64_t>> want = {{0, 3}, {3, 1}, {4, 6}, {10, 3}, {13, 3}, {16, 3}, {19, 1}};
+  EXPECT_EQ(chunks, want);
+}
+
+TEST(StepFrameTest, CarriesImageBlocksAndSoftInputs) {
+  SoftPrompt p;
+  internal::v1::StepFrame f = BuildStepFrame(StepPlan{{{p.r, 4, 9}}}, 1, 1, {}, 640);
+  const internal::v1::StepSlice& s = f.slices(0);
+  ASSERT_EQ(s.image_blocks_size(), 1);
+  EXPECT_EQ(s.image_blocks(0).begin(), 4);
+  EXPECT_EQ(s.image_blocks(0).end(), 10);
+  ASSERT_EQ(s.soft_inputs_size(), 2);
+  EXPECT_EQ(s.soft_inputs(0).offset(), 0);
+  EXPECT_EQ(s.soft_inputs(0).count(), 6);
+  EXPECT_EQ(s.soft_inputs(0).image().width(), 144);
+  EXPECT_EQ(s.soft_inputs(0).image().rgb(), std::string(p.rgb.begin(), p.rgb.end()));
+  // Only the audio frame inside the slice (row 12 of the prompt, row 8 of the slice).
+  EXPECT_EQ(s.soft_inputs(1).offset(), 8);
+  EXPECT_EQ(s.soft_inputs(1).count(), 1);
+  EXPECT_EQ(s.soft_inputs(1).audio_samples().size(), 640 * sizeof(float));
+  // A text-only slice carries neither.
+  internal::v1::StepFrame g = BuildStepFrame(StepPlan{{{p.r, 14, 3}}}, 1, 2, {}, 640);
+  EXPECT_EQ(g.slices(0).image_blocks_size(), 0);
+  EXPECT_EQ(g.slices(0).soft_inputs_size(), 0);
+}
+
 TEST(SchedulerTest, ReplayAfterANewEpochFeedsPromptAndGeneratedTokensFromZero) {
   Scheduler sched({64, /*prefill_chunk=*/256, 1});
   auto r = Decoding(4, 10, 3);  // 10 prompt tokens, 3 generated

@@ -15,7 +15,7 @@ if(LAYERPIPE_HAVE_CUDA)
   gtest_discover_tests(cuda_emulator_test DISCOVERY_TIMEOUT 60 PROPERTIES LABELS emu)
 
   # The GPU tests, unchanged, on the emulator (labelled "emu"; CI runs them).
-  foreach(name cuda_backend_test cuda_gemm_attention_test cuda_sampling_test)
+  foreach(name cuda_backend_test cuda_gemm_attention_test cuda_multimodal_test cuda_sampling_test)
     add_executable(${name}_emu ${PROJECT_SOURCE_DIR}/tests/gpu/${name}.cc)
     target_link_libraries(${name}_emu PRIVATE layerpipe_cuda_emu lpemu_cudart layerpipe_engine layerpipe_checkpoint_writer GTest::gtest
                                               GTest::gtest_main)

@@ -67,6 +67,45 @@ TEST(ConfigTest, LoadsThe12BNestedConfig) {
   EXPECT_EQ(c->sliding_window, 1024);
 }
 
+TEST(ConfigTest, ReadsTheVisionAndAudioSections) {
+  json root = Nested(Text12B());
+  root["vision_config"] = {{"patch_size", 16}, {"pooling_kernel_size", 3}, {"model_patch_size", 48},
+                           {"mm_posemb_size", 1120}, {"num_soft_tokens", 280}, {"rms_norm_eps", 1e-6}};
+  root["audio_config"] = {{"audio_embed_dim", 640}, {"audio_samples_per_token", 640}, {"rms_norm_eps", 1e-6}};
+  root["boi_token_id"] = 255999;
+  root["eoa_token_index"] = 258883;
+  auto c = ParseModelConfig(root.dump(), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->vision.present);
+  EXPECT_EQ(c->vision.model_patch_size, 48);
+  EXPECT_EQ(c->vision.patch_values(), 6912);
+  EXPECT_EQ(c->vision.num_soft_tokens, 280);
+  EXPECT_TRUE(c->audio.present);
+  EXPECT_EQ(c->audio.samples_per_token, 640);
+  EXPECT_EQ(c->mm_ids.image, 258880);
+  EXPECT_EQ(c->mm_ids.eoa, 258883);
+  // A text-only nested config and the flat form have neither.
+  EXPECT_FALSE(ParseModelConfig(Nested(Text12B()).dump(), "c")->vision.present);
+  EXPECT_FALSE(ParseModelConfig(Text12B().dump(), "c")->audio.present);
+  // Errors name the key.
+  json bad = root;
+  bad["audio_config"]["audio_embed_dim"] = 320;
+  EXPECT_NE(ParseModelConfig(bad.dump(), "c").status().message().find("\"audio_embed_dim\" (320) must equal"),
+            std::string::npos);
+  bad = root;
+  bad["vision_config"]["model_patch_size"] = 0;
+  EXPECT_NE(ParseModelConfig(bad.dump(), "c").status().message().find("\"model_patch_size\" must be positive"),
+            std::string::npos);
+  bad = root;
+  bad["vision_config"] = "yes";
+  EXPECT_NE(ParseModelConfig(bad.dump(), "c").status().message().find("\"vision_config\" must be an object"),
+            std::string::npos);
+  bad = root;
+  bad["text_config"]["vocab_size"] = 1000;
+  EXPECT_NE(ParseModelConfig(bad.dump(), "c").status().message().find("soft-token id 258880 is outside the vocabulary"),
+            std::string::npos);
+}
+
 TEST(ConfigTest, LoadsFlatConfigWithGemma3StyleRopeKeys) {
   json tc = Text12B();
   tc.erase("rope_parameters");

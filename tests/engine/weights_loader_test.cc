@@ -110,6 +110,31 @@ TEST(WeightsLoaderTest, MissingTensorIsNamed) {
   ExpectMentions(LoadAll(dir), {"model.language_model.layers.3.mlp.up_proj.weight", "missing"});
 }
 
+// The embedders: loaded by the stage that embeds only; a config that declares them needs their tensors.
+TEST(WeightsLoaderTest, EmbeddersAreLoadedByTheEmbeddingStageAndRequired) {
+  RandomCheckpointOptions o = SingleFile();
+  o.vocab = 262144;
+  const std::string dir = testing_util::MakeCheckpoint("embedders", o);
+  auto c = LoadModelConfig(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->vision.present && c->audio.present);
+  auto first = ModelWeights::Load(dir, *c, {0, 2, /*embedding=*/true, false});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_NE((*first)->vision(), nullptr);
+  EXPECT_EQ((*first)->vision()->patch_dense.cols, 48 * 48 * 3);
+  EXPECT_EQ((*first)->vision()->pos_embedding.size(), size_t{1120 * 2} * 96);
+  ASSERT_NE((*first)->audio_projection(), nullptr);
+  EXPECT_EQ((*first)->audio_projection()->cols, 640);
+  auto later = ModelWeights::Load(dir, *c, {2, 5, false, true});
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ((*later)->vision(), nullptr);
+  EXPECT_EQ((*later)->audio_projection(), nullptr);
+  Rewrite(dir + "/model.safetensors", [](TensorBlob& b) { return b.name != "model.vision_embedder.pos_norm.bias"; });
+  ExpectMentions(LoadAll(dir), {"model.vision_embedder.pos_norm.bias", "missing"});
+  // Without the embedding, a stage never opens them.
+  EXPECT_TRUE(ModelWeights::Load(dir, *c, {2, 5, false, true}).ok());
+}
+
 TEST(WeightsLoaderTest, MisshapenTensorIsNamed) {
   const std::string dir = testing_util::MakeCheckpoint("shape", SingleFile());
   Rewrite(dir + "/model.safetensors", [](TensorBlob& b) {

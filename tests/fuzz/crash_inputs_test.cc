@@ -13,6 +13,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "engine/media/audio.h"
+#include "engine/media/image.h"
+#include "engine/media/media_limits.h"
 #include "engine/model/config.h"
 #include "engine/model/safetensors.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -48,6 +51,9 @@ const std::set<std::string>& Covered() {
       "tokenizer_json_fuzz/vocab_id_2147483646_allocates_32GiB.json",
       "step_frame_fuzz/pos0_int64_max_overflows",
       "safetensors_header_fuzz/dimension_above_int64_max",
+      "image_decode_fuzz/png_itxt_claims_1_8GB.png",
+      "wav_decode_fuzz/wav_list_chunk_hang.wav",
+      "wav_decode_fuzz/wav_float64_past_float_range.wav",
   };
   return covered;
 }
@@ -163,6 +169,28 @@ TEST(FuzzCrashInputs, SafetensorsDimensionAboveInt64Max) {
   auto file = SafetensorsFile::Open(CrashPath("safetensors_header_fuzz/dimension_above_int64_max"));
   ExpectStatus(file.status(), absl::StatusCode::kDataLoss,
                "tensor t: shape has more than 281474976710656 elements (dimension 0 of 1 is 9223372036854775808)");
+}
+
+// --- image_decode_fuzz / wav_decode_fuzz: PrepareImage, DecodeAudio -----------------------------------
+
+TEST(FuzzCrashInputs, PngChunkClaimingGigabytesIsRefusedBeforeLibpngAllocatesIt) {
+  // libpng 1.6.39 allocated an ancillary chunk's declared 1.8 GB before reading it (over its own limit it
+  // only warns): the chunk lengths are now walked first.
+  ExpectStatus(PrepareImage(ReadCrash("image_decode_fuzz/png_itxt_claims_1_8GB.png"), MediaLimits()).status(),
+               absl::StatusCode::kInvalidArgument, "truncated PNG: chunk iTXt of 1828716628 bytes at byte 33");
+}
+
+TEST(FuzzCrashInputs, WavChunkPastTheEndIsRefusedBeforeLibsndfileHangs) {
+  // libsndfile 1.2.0 never returned from sf_open on this LIST chunk of 0xffff0010 bytes.
+  ExpectStatus(DecodeAudio(ReadCrash("wav_decode_fuzz/wav_list_chunk_hang.wav"), MediaLimits()).status(),
+               absl::StatusCode::kInvalidArgument, "chunk \"LIST\" of 4294901776 bytes at byte 60 runs past the end");
+}
+
+TEST(FuzzCrashInputs, WavWithSamplesPastFloatRangeIsRefused) {
+  // Its float64 samples became infinities (UBSan); its chunk table is now refused first, and
+  // non-finite samples are refused too (media_test).
+  ExpectStatus(DecodeAudio(ReadCrash("wav_decode_fuzz/wav_float64_past_float_range.wav"), MediaLimits()).status(),
+               absl::StatusCode::kInvalidArgument, "runs past the end of the file");
 }
 
 }  // namespace

@@ -2,12 +2,16 @@
 """Writes the seed corpus of the fuzz targets, corpus/<target>/: a few small valid inputs each (and a
 few near misses). Run it again after changing the formats; libFuzzer mutates from these.
 
-Protobuf messages are encoded by hand (a few lines below), so that no generated Python code is needed."""
+Protobuf messages are encoded by hand (a few lines below), so that no generated Python code is needed.
+PNG and WAV files are written by hand too; the JPEG seeds need Pillow (python3-pil), and are skipped
+without it."""
 
+import io
 import json
 import os
 import shutil
 import struct
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "corpus")
@@ -301,9 +305,105 @@ def request_corpus():
           f_bytes(7, "\u20ac") + f_bytes(7, ""))
 
 
+# ---- images (image_decode_fuzz): small PNGs of every color type and metadata path, and JPEGs
+def png_chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+
+def png(w, h, color_type, depth, raw, chunks=(), interlace=0):
+    """raw: the filtered scanlines (each starting with its filter byte), as libpng inflates them."""
+    out = b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, color_type, 0, 0, interlace))
+    for kind, data in chunks:
+        out += png_chunk(kind, data)
+    return out + png_chunk(b"IDAT", zlib.compress(raw, 9)) + png_chunk(b"IEND", b"")
+
+
+def rows(w, h, bytes_per_pixel, seed=1):
+    return b"".join(bytes([y % 5]) + bytes((x * 31 + y * 17 + seed) & 0xFF for x in range(w * bytes_per_pixel))
+                    for y in range(h))
+
+
+def adam7(w, h, pixel):
+    """Interlaced 8-bit RGB scanlines: the seven passes, each row with filter byte 0."""
+    out = b""
+    for x0, y0, dx, dy in ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+                           (0, 1, 1, 2)):
+        xs = range(x0, w, dx)
+        if not xs:
+            continue
+        for y in range(y0, h, dy):
+            out += b"\0" + b"".join(pixel(x, y) for x in xs)
+    return out
+
+
+def tiff_orientation(o):
+    """Little-endian TIFF, IFD0 with Orientation = o (what eXIf holds; APP1 adds "Exif\0\0")."""
+    return b"II*\0" + struct.pack("<I", 8) + struct.pack("<H", 1) + struct.pack("<HHII", 0x0112, 3, 1, o) + \
+        struct.pack("<I", 0)
+
+
+def image_corpus():
+    t = "image_decode_fuzz"
+    write(t, "rgb_8x8.png", png(8, 8, 2, 8, rows(8, 8, 3)))
+    write(t, "rgba_4x4_exif6.png", png(4, 4, 6, 8, rows(4, 4, 4), [(b"eXIf", tiff_orientation(6))]))
+    write(t, "gray1_9x3.png", png(9, 3, 0, 1, rows(2, 3, 1)))
+    write(t, "gray_alpha16_3x2.png", png(3, 2, 4, 16, rows(3, 2, 4)))
+    write(t, "rgb16_3x3_trns.png", png(3, 3, 2, 16, rows(3, 3, 6), [(b"tRNS", bytes(6))]))
+    write(t, "palette2_5x4_trns.png", png(5, 4, 3, 2, rows(2, 4, 1),
+                                          [(b"PLTE", bytes([255, 0, 0, 0, 255, 0, 0, 0, 255])), (b"tRNS", b"\0\x80")]))
+    write(t, "interlaced_9x9.png", png(9, 9, 2, 8, adam7(9, 9, lambda x, y: bytes([x * 20, y * 20, 99])),
+                                       interlace=1))
+    hexed = (b"Exif\0\0" + tiff_orientation(8)).hex()
+    write(t, "raw_profile_exif.png", png(2, 3, 2, 8, rows(2, 3, 3), [
+        (b"tEXt", b"Raw profile type exif\0\nexif\n%8d\n" % (len(hexed) // 2) + hexed.encode() + b"\n")]))
+    write(t, "xmp_orientation.png", png(3, 2, 0, 8, rows(3, 2, 1), [
+        (b"iTXt", b"XML:com.adobe.xmp\0\0\0\0\0<x:xmpmeta><rdf:Description tiff:Orientation=\"5\"/></x:xmpmeta>")]))
+    try:
+        from PIL import Image
+    except ImportError:
+        print("make_corpus.py: no Pillow, JPEG seeds of image_decode_fuzz left out")
+        return
+    def jpeg(im, **kw):
+        buf = io.BytesIO()
+        im.save(buf, "JPEG", **kw)
+        return buf.getvalue()
+    im = Image.frombytes("RGB", (16, 16), bytes((i * 7) & 0xFF for i in range(16 * 16 * 3)))
+    write(t, "baseline_420_exif3.jpg", jpeg(im, quality=75, exif=b"Exif\0\0" + tiff_orientation(3)))
+    write(t, "progressive_444.jpg", jpeg(im.resize((16, 8)), quality=60, progressive=True, subsampling=0))
+    write(t, "gray_8x8.jpg", jpeg(im.convert("L").resize((8, 8)), quality=50))
+    write(t, "cmyk_8x8.jpg", jpeg(im.convert("CMYK").resize((8, 8)), quality=50))
+
+
+# ---- WAV (wav_decode_fuzz): the encodings DecodeAudio reads, at 16 kHz and other rates
+def wav(rate, channels, fmt_tag, bits, data, extra_fmt=b"", chunks=(), magic=b"RIFF"):
+    block = channels * bits // 8
+    fmt = struct.pack("<HHIIHH", fmt_tag, channels, rate, rate * block, block, bits) + extra_fmt
+    body = b"WAVE" + struct.pack("<4sI", b"fmt ", len(fmt)) + fmt
+    for kind, payload in chunks:
+        body += struct.pack("<4sI", kind, len(payload)) + payload + b"\0" * (len(payload) % 2)
+    body += struct.pack("<4sI", b"data", len(data)) + data
+    return magic + struct.pack("<I", len(body)) + body
+
+
+def wav_corpus():
+    t = "wav_decode_fuzz"
+    sine = [int(12000 * ((i % 40) - 20) / 20) for i in range(64)]
+    write(t, "pcm16_mono_16k.wav", wav(16000, 1, 1, 16, struct.pack("<64h", *sine)))
+    write(t, "pcm8_stereo_8k.wav", wav(8000, 2, 1, 8, bytes((i * 9) & 0xFF for i in range(96)),
+                                       chunks=[(b"LIST", b"INFOISFT\x04\0\0\0fuzz")]))
+    write(t, "float32_44k.wav", wav(44100, 1, 3, 32, struct.pack("<48f", *[v / 32768 for v in sine[:48]]),
+                                    extra_fmt=b"\0\0", chunks=[(b"fact", struct.pack("<I", 48))]))
+    guid_pcm = bytes.fromhex("0100000000001000800000aa00389b71")
+    write(t, "pcm24_extensible_48k.wav", wav(48000, 2, 0xFFFE, 24, bytes((i * 13) & 0xFF for i in range(120)),
+                                             extra_fmt=struct.pack("<HHI", 22, 24, 3) + guid_pcm))
+    write(t, "ulaw_8k.wav", wav(8000, 1, 7, 8, bytes(range(0, 256, 4)), extra_fmt=b"\0\0"))
+    write(t, "double_22k.wav", wav(22050, 1, 3, 64, struct.pack("<16d", *[v / 32768 for v in sine[:16]])))
+    write(t, "pcm16_empty.wav", wav(16000, 1, 1, 16, b""))
+
+
 def main():
     for target in ("safetensors_header_fuzz", "model_config_fuzz", "tokenizer_json_fuzz", "step_frame_fuzz",
-                   "hidden_codec_fuzz", "generate_request_fuzz"):
+                   "hidden_codec_fuzz", "generate_request_fuzz", "image_decode_fuzz", "wav_decode_fuzz"):
         shutil.rmtree(os.path.join(CORPUS, target), ignore_errors=True)
     safetensors_corpus()
     config_corpus()
@@ -311,6 +411,8 @@ def main():
     frame_corpus()
     codec_corpus()
     request_corpus()
+    image_corpus()
+    wav_corpus()
 
 
 if __name__ == "__main__":

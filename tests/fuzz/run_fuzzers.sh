@@ -19,7 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
 build=${2:-$src/build-fuzz}
 targets=(${FUZZ_TARGETS:-safetensors_header_fuzz model_config_fuzz tokenizer_json_fuzz step_frame_fuzz
-                         hidden_codec_fuzz generate_request_fuzz})
+                         hidden_codec_fuzz generate_request_fuzz image_decode_fuzz wav_decode_fuzz})
 
 if ! command -v clang++ >/dev/null; then
   echo "run_fuzzers.sh: clang++ not found (scripts/install_deps.sh installs it); skipping" >&2

@@ -2,7 +2,7 @@
 # of crashes/ through the public API its fuzz target calls, expecting the precise error. It checks
 # CheckFrameContent too, so it links the worker library.
 if(TARGET crash_inputs_test)
-  target_link_libraries(crash_inputs_test PRIVATE layerpipe_worker_lib)
+  target_link_libraries(crash_inputs_test PRIVATE layerpipe_worker_lib layerpipe_media)
   target_compile_definitions(crash_inputs_test PRIVATE
     LAYERPIPE_FUZZ_CRASHES_DIR="${CMAKE_CURRENT_LIST_DIR}/crashes")
 endif()

@@ -15,7 +15,7 @@ out=gpu_bundle
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 for b in layerpipe layerpipe-worker layerpipe-coordinator cuda_backend_test cuda_gemm_attention_test \
-         cuda_sampling_test step_plan_test ipc_event_check bench_cuda; do
+         cuda_multimodal_test cuda_sampling_test step_plan_test ipc_event_check bench_cuda; do
   strip -o "$out/bin/$b" "$build/bin/$b"
 done
 # Keeps the dynamic symbols the binaries look up (layerpipe_cuda_plugin and the test entry points).

@@ -2,8 +2,8 @@
 # Every GPU check and benchmark in one run, for a machine with one CUDA GPU (sized for an H200 and
 # ~8 minutes): builds with the CUDA backend, then
 #   1. the CUDA backend against the CPU backend (ctest -L gpu: gtest, both precisions), prefill
-#      attention through GEMMs against the attention kernel, and sampling on the device against the
-#      host sampler;
+#      attention through GEMMs against the attention kernel, images and audio (embedders, image-block
+#      masks), and sampling on the device against the host sampler;
 #   2. the CUDA backend against the float64 oracle (tests/oracle/check_engine.py --device cuda);
 #   3. a two-worker pipeline with both stages on the GPU, its greedy ids against the single-process engine
 #      (one GPU: the stages share it and activations go device to device over a CUDA IPC link, since
@@ -54,14 +54,14 @@ if [ "$emulator" -eq 1 ]; then
   [ -x "$built/cuda_backend_test_emu" ] || { echo "run.sh: no emulated CUDA builds in $built" >&2; exit 1; }
   mkdir -p "$work/emu_bin"
   for f in "$built"/*; do ln -sf "$f" "$work/emu_bin/"; done
-  for t in cuda_backend_test cuda_gemm_attention_test cuda_sampling_test bench_cuda; do
+  for t in cuda_backend_test cuda_gemm_attention_test cuda_multimodal_test cuda_sampling_test bench_cuda; do
     ln -sf "$built/${t}_emu" "$work/emu_bin/$t"
   done
   bin="$work/emu_bin"
   export LAYERPIPE_CUDA_PLUGIN="$built/liblayerpipe_cuda_emu.so" LPEMU_DEVICE_COUNT=2
   # CI runs these suites whole (the emu/ tests) and the oracle check on every case
   # (oracle_exactness_cuda_emu); the dry run only has to show that the script drives them.
-  export GTEST_FILTER="*DeviceNameAndPrecision*:*SeveralQueryBlocksPerSliceMatch:*BadRequestsAreRejected*:StepPlanTest.*"
+  export GTEST_FILTER="*DeviceNameAndPrecision*:*SeveralQueryBlocksPerSliceMatch:*BadRequestsAreRejected*:*BadBlocksAreRejected*:StepPlanTest.*"
   oracle_args=(--cases long128_win24)
 elif gpu_bundle_env; then
   bundle=1
@@ -114,7 +114,7 @@ fi
 section "1. CUDA backend vs CPU backend (the gpu-labelled tests)"
 if [ "$bundle" -eq 1 ] || [ "$emulator" -eq 1 ]; then
   (rc=0
-   for t in step_plan_test cuda_backend_test cuda_gemm_attention_test cuda_sampling_test; do
+   for t in step_plan_test cuda_backend_test cuda_gemm_attention_test cuda_multimodal_test cuda_sampling_test; do
      timeout 180 "$bin/$t" || rc=1
    done
    exit $rc) 2>&1 | grep -vE "^\[ (RUN|      OK) " | tail -80

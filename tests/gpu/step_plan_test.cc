@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <set>
+#include <vector>
 
 #include "engine/cuda/kv_index.h"
 #include "engine/cuda/step_plan.h"
@@ -154,6 +155,42 @@ TEST(StepPlanTest, GemmQueryBlocksOfAWindowedSliceAreSizedByTheWindowNotTheSlice
   // Full attention over the same slice is sized by its last row's keys.
   const auto full = PlanGemmQueryBlocks({0, 32768, 0}, 0, 16, int64_t{256} << 20);
   EXPECT_EQ(full.front().rows, 64);
+}
+
+TEST(StepPlanTest, GemmQueryBlocksReachTheEndOfTheirRowsImageBlocks) {
+  // 200 rows at 1000, window 6, an image block over rows [50, 130): its rows see up to row 129.
+  const SliceMeta s{1000, 200, 0};
+  std::vector<int64_t> last(200);
+  for (int64_t r = 0; r < 200; ++r) last[r] = r >= 50 && r < 130 ? 1000 + 129 : 1000 + r;
+  for (int64_t budget : {int64_t{1} << 14, int64_t{1} << 20, int64_t{1} << 40}) {
+    const auto blocks = PlanGemmQueryBlocks(s, 6, 4, budget, last.data());
+    int64_t next_row = 0;
+    for (const GemmQueryBlock& b : blocks) {
+      SCOPED_TRACE(::testing::Message() << "budget " << budget << " block at " << b.row_begin);
+      EXPECT_EQ(b.row_begin, next_row);
+      next_row += b.rows;
+      EXPECT_EQ(b.key_begin, FirstVisibleKey(1000 + b.row_begin, 6));
+      EXPECT_EQ(b.key_begin + b.keys - 1, last[b.row_begin + b.rows - 1]);
+      EXPECT_GE(b.keys_pad, b.keys);
+      if (b.rows_pad > kGemmAttentionRowAlign) EXPECT_LE(8 * 4 * b.rows_pad * b.keys_pad, budget);
+    }
+    EXPECT_EQ(next_row, 200);
+  }
+}
+
+TEST(StepPlanTest, LastKeysTakeASectionOnlyWhenThereAreImageBlocks) {
+  const StepLayout text = LayoutFor(2, 40, 5, 10, 3, 16, 32, 10);
+  const StepLayout image = LayoutFor(2, 40, 5, 10, 3, 16, 32, 10, true);
+  EXPECT_EQ(text.ptrs, text.last_key);
+  EXPECT_GE(image.ptrs, image.last_key + 40 * sizeof(int64_t));
+  EXPECT_EQ(image.last_key % 16, 0u);
+  EXPECT_EQ(image.cs_full, text.cs_full);
+}
+
+TEST(KvIndexTest, LastVisibleKeyIsThePositionWithoutImageBlocks) {
+  const int64_t last[3] = {7, 9, 9};
+  EXPECT_EQ(LastVisibleKey(nullptr, 2, 42), 42);
+  EXPECT_EQ(LastVisibleKey(last, 1, 8), 9);
 }
 
 TEST(StepPlanTest, SplitsDependOnTheLaunchNotTheContext) {

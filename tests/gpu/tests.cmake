@@ -3,7 +3,7 @@
 # against the CUDA emulator as cuda_*_test_emu, which CI runs. step_plan_test and peer_link_id_test
 # check host-side parts of the backend and run anywhere it builds.
 if(LAYERPIPE_HAVE_CUDA)
-  set(LAYERPIPE_GPU_TESTS cuda_backend_test cuda_gemm_attention_test cuda_sampling_test)
+  set(LAYERPIPE_GPU_TESTS cuda_backend_test cuda_gemm_attention_test cuda_multimodal_test cuda_sampling_test)
   # step_plan.cc is host-only C++: compiled in, since the plugin exports nothing of it.
   add_executable(step_plan_test ${CMAKE_CURRENT_LIST_DIR}/step_plan_test.cc ${PROJECT_SOURCE_DIR}/engine/cuda/step_plan.cc)
   add_executable(peer_link_id_test ${CMAKE_CURRENT_LIST_DIR}/peer_link_id_test.cc

@@ -280,6 +280,54 @@ class HttpApiTest(unittest.TestCase):
                                 timeout=60).stdout
         self.assertEqual(json.loads(health)["status"], "ok")
 
+    def test_images_and_audio_in_chat_parts(self):
+        """image_url (data: URL) and input_audio parts give what the gRPC API gives for the same files as
+        content parts; other URLs and unmatched placeholders are 400s."""
+        import base64
+        import io
+        import wave
+        from PIL import Image  # Debian's python3-pil
+        png = io.BytesIO()
+        Image.frombytes("RGB", (64, 40), bytes((i * 7) % 256 for i in range(64 * 40 * 3))).save(png, "PNG")
+        wav = io.BytesIO()
+        with wave.open(wav, "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(16000)
+            w.writeframes(bytes((i * 13) % 256 for i in range(2 * 9000)))
+        png, wav = png.getvalue(), wav.getvalue()
+        parts = [{"type": "text", "text": "What is this?"},
+                 {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}},
+                 {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode(), "format": "wav"}}]
+        status, body = self.request("POST", "/v1/chat/completions",
+                                    {"messages": [{"role": "user", "content": parts}], "max_tokens": NEW,
+                                     "temperature": 0})
+        self.assertEqual(status, 200, body)
+        conv = pb.Conversation(messages=[pb.ChatMessage(role="user", parts=[
+            pb.ContentPart(text="What is this?"), pb.ContentPart(image=png), pb.ContentPart(audio=wav)])])
+        text, tokens, last = self.generate(messages=conv, max_new_tokens=NEW, sampling=pb.SamplingParams(temperature=0))
+        self.assertEqual(body["choices"][0]["message"]["content"], text)
+        # The image (64x40, resized to 1008x624: 21 x 13 = 273 blocks) and 9000 samples (15 frames) are in the
+        # prompt with their framing ids, and the template's "\n\n" around the image.
+        self.assertEqual(body["usage"]["prompt_tokens"], last.usage.prompt_tokens)
+        status, plain = self.request("POST", "/v1/chat/completions",
+                                     {"messages": [{"role": "user", "content": "What is this?"}], "max_tokens": 1})
+        extra = body["usage"]["prompt_tokens"] - plain["usage"]["prompt_tokens"]
+        self.assertTrue(273 + 2 + 15 + 2 <= extra <= 273 + 2 + 15 + 2 + 4, extra)
+        status, err = self.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}], "max_tokens": 2})
+        self.assertOpenAiError(status, err, 400, "invalid_request_error")
+        self.assertIn("data: URL", err["error"]["message"])
+        status, err = self.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "two <|image|> here"}, parts[1]]}], "max_tokens": 2})
+        self.assertOpenAiError(status, err, 400, "invalid_request_error")
+        self.assertIn("placeholders for 1 image", err["error"]["message"])
+        status, err = self.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(b"GIF89a..").decode()}}]}],
+            "max_tokens": 2})
+        self.assertOpenAiError(status, err, 400, "invalid_request_error")
+        self.assertIn("attachments[0]", err["error"]["message"])
+
     def test_other_refusals_are_openai_errors(self):
         status, body = self.request("GET", "/v1/no-such-route")
         self.assertOpenAiError(status, body, 404, "invalid_request_error")

@@ -1,10 +1,17 @@
-"""Random Gemma 4 text checkpoints in the Hugging Face layout of MODEL.md §1, written with numpy.
+"""Random Gemma 4 unified checkpoints in the Hugging Face layout of MODEL.md §1, written with numpy:
+the text stack and (Spec.multimodal, the default) the image and audio input tensors of MULTIMODAL.md.
 
 Used by the oracle's self-tests (and by check_engine.py --emulate) so the oracle can be exercised
 without the C++ engine. The safetensors writer here shares no code with safetensors_np's reader.
 
 Scales follow MODEL.md §5: q/k norm gains ≈ head_dim^(-1/4) keep attention scores O(1), so the
 network is not chaotic and precision differences stay small next to real bugs.
+
+The image/audio tensors are uniform, centre ± half-width (media_init), chosen so every stage of
+the embedder is O(1) and a soft token has unit RMS like a scaled text embedding:
+LayerNorm weights 1 ± 0.1 and biases 0 ± 0.1, patch_dense 0 ± sqrt(3/6912) (unit-variance output
+from a normalised patch) with bias 0 ± 0.1, pos_embedding 0 ± 1 (the two position rows together
+are about as large as the content), projections 0 ± sqrt(3/in) (in = H or 640).
 """
 
 import dataclasses
@@ -17,6 +24,13 @@ import numpy as np
 
 SLIDING = "sliding_attention"
 FULL = "full_attention"
+
+# Image/audio geometry of MULTIMODAL.md.
+BLOCK = 48            # model_patch_size
+PATCH = BLOCK * BLOCK * 3
+POSEMB = 1120
+AUDIO_FRAME = 640
+VISION = "model.vision_embedder."
 
 
 @dataclasses.dataclass
@@ -47,6 +61,7 @@ class Spec:
     prefix: str = "model.language_model."
     embed_std: float | None = None          # default 2/sqrt(hidden): logits O(2)
     layer_scalar_range: tuple = (0.3, 1.5)
+    multimodal: bool = True                 # write the image/audio tensors and vision/audio configs
 
     def types(self):
         if self.layer_types is not None:
@@ -92,6 +107,18 @@ def text_config(spec):
     return tc
 
 
+def vision_config(spec):
+    return {"model_type": "gemma4_unified_vision", "patch_size": 16, "pooling_kernel_size": 3,
+            "model_patch_size": BLOCK, "mm_embed_dim": spec.hidden, "mm_posemb_size": POSEMB,
+            "num_soft_tokens": 280, "output_proj_dims": spec.hidden, "rms_norm_eps": 1e-6}
+
+
+def audio_config(spec):
+    return {"model_type": "gemma4_unified_audio", "audio_embed_dim": AUDIO_FRAME,
+            "audio_samples_per_token": AUDIO_FRAME, "hidden_size": AUDIO_FRAME,
+            "output_proj_dims": AUDIO_FRAME, "rms_norm_eps": 1e-6}
+
+
 def full_config(spec):
     tc = text_config(spec)
     if spec.flat_config:
@@ -100,15 +127,47 @@ def full_config(spec):
         "architectures": ["Gemma4UnifiedForConditionalGeneration"],
         "model_type": "gemma4_unified",
         "text_config": tc,
-        "vision_config": {}, "audio_config": {},
+        "vision_config": vision_config(spec) if spec.multimodal else {},
+        "audio_config": audio_config(spec) if spec.multimodal else {},
         "image_token_id": 258880, "boi_token_id": 255999, "eoi_token_id": 258882,
         "audio_token_id": 258881, "boa_token_id": 256000, "eoa_token_index": 258883,
         "video_token_id": 258884,
     }
 
 
+def media_init(hidden):
+    """{full name: (shape, centre, half-width)} of the image/audio tensors (uniform draws)."""
+    H = hidden
+    return {
+        VISION + "patch_ln1.weight": ((PATCH,), 1.0, 0.1),
+        VISION + "patch_ln1.bias": ((PATCH,), 0.0, 0.1),
+        VISION + "patch_dense.weight": ((H, PATCH), 0.0, math.sqrt(3.0 / PATCH)),
+        VISION + "patch_dense.bias": ((H,), 0.0, 0.1),
+        VISION + "patch_ln2.weight": ((H,), 1.0, 0.1),
+        VISION + "patch_ln2.bias": ((H,), 0.0, 0.1),
+        VISION + "pos_embedding": ((POSEMB, 2, H), 0.0, 1.0),
+        VISION + "pos_norm.weight": ((H,), 1.0, 0.1),
+        VISION + "pos_norm.bias": ((H,), 0.0, 0.1),
+        "model.embed_vision.embedding_projection.weight": ((H, H), 0.0, math.sqrt(3.0 / H)),
+        "model.embed_audio.embedding_projection.weight": ((H, AUDIO_FRAME), 0.0, math.sqrt(3.0 / AUDIO_FRAME)),
+    }
+
+
+def is_media_name(name):
+    return name.startswith(("model.vision_embedder.", "model.embed_vision.", "model.embed_audio."))
+
+
+def random_media_weights(spec):
+    """{full name: float64 array}; a generator of its own, so the text weights of a seed do not
+    depend on spec.multimodal."""
+    rng = np.random.default_rng([spec.seed, 0x6D6D])
+    return {name: rng.uniform(centre - half, centre + half, size=shape)
+            for name, (shape, centre, half) in media_init(spec.hidden).items()}
+
+
 def random_weights(spec):
-    """{name without prefix: float64 array} drawn from the seeded generator."""
+    """{name without prefix: float64 array} drawn from the seeded generator; with
+    spec.multimodal also the image/audio tensors under their full names (model.vision_embedder. ...)."""
     rng = np.random.default_rng(spec.seed)
     H, I = spec.hidden, spec.intermediate
 
@@ -139,6 +198,8 @@ def random_weights(spec):
         w[p + "self_attn.o_proj.weight"] = matrix(H, spec.heads * hd)
         w[p + "self_attn.q_norm.weight"] = gain(hd, hd ** -0.25)
         w[p + "self_attn.k_norm.weight"] = gain(hd, hd ** -0.25)
+    if spec.multimodal:
+        w.update(random_media_weights(spec))
     return w
 
 
@@ -187,13 +248,14 @@ def write_safetensors(path, tensors, dtype):
 
 
 def write_checkpoint(out_dir, spec, weights=None):
-    """Writes config.json and weights; returns {name without prefix: float64 as stored}."""
+    """Writes config.json and weights; returns {name: float64 as stored} under the names of
+    `weights` (decoder tensors without prefix, image/audio tensors under their full names)."""
     os.makedirs(out_dir, exist_ok=True)
     for name in os.listdir(out_dir):
         if name.endswith(".safetensors") or name.endswith(".json"):
             os.remove(os.path.join(out_dir, name))
     weights = random_weights(spec) if weights is None else weights
-    full_names = {spec.prefix + name: value for name, value in weights.items()}
+    full_names = {(name if is_media_name(name) else spec.prefix + name): value for name, value in weights.items()}
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(full_config(spec), f, indent=1)
     stored = {}
@@ -210,4 +272,4 @@ def write_checkpoint(out_dir, spec, weights=None):
         total = sum(v.size for v in stored.values()) * {"F32": 4, "F16": 2, "BF16": 2}[spec.dtype]
         with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=1)
-    return {name[len(spec.prefix):]: value for name, value in stored.items()}
+    return {(name if is_media_name(name) else name[len(spec.prefix):]): value for name, value in stored.items()}

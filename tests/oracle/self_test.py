@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Self-tests of the float64 oracle: invariants that hold by construction of MODEL.md §2,
-a loop-by-loop second implementation, and the safetensors/config readers.
+a loop-by-loop second implementation, the safetensors/config readers, and the image/audio path
+of MULTIMODAL.md (target size, patches, embedders, WAV reading, soft-token placement, masks).
 
     /usr/bin/python3 tests/oracle/self_test.py [-v]
 """
@@ -42,13 +43,13 @@ def build(spec, name):
 def with_weights(ckpt, **changes):
     w = dict(ckpt.weights)
     w.update(changes)
-    return oracle.Checkpoint(ckpt.config, w)
+    return dataclasses.replace(ckpt, weights=w)
 
 
 def with_kind(ckpt, layer_type, **changes):
     kinds = dict(ckpt.config.kinds)
     kinds[layer_type] = dataclasses.replace(kinds[layer_type], **changes)
-    return oracle.Checkpoint(dataclasses.replace(ckpt.config, kinds=kinds), ckpt.weights)
+    return dataclasses.replace(ckpt, config=dataclasses.replace(ckpt.config, kinds=kinds))
 
 
 def prompt(vocab, n, seed=0):
@@ -60,9 +61,12 @@ def prompt(vocab, n, seed=0):
 # MODEL.md independently of oracle.py (it uses only the Spec, not the oracle's parsed config).
 # ----------------------------------------------------------------------------------------------
 
-def naive_forward(spec, w, ids):
+def naive_forward(spec, w, ids, soft_rows=None, blocks=()):
+    """soft_rows: {position: vector} replacing the scaled embedding there; blocks: [(start, end))
+    image blocks, whose tokens see each other on sliding layers (MULTIMODAL.md, Masks)."""
     eps = spec.eps
     n = len(ids)
+    block_of = {p: b for b, (s, e) in enumerate(blocks) for p in range(s, e)}
 
     def norm(x, g=None):
         out = x / math.sqrt(float(np.dot(x, x)) / x.size + eps)
@@ -73,6 +77,8 @@ def naive_forward(spec, w, ids):
     scale = struct.unpack("<f", struct.pack("<I", s32))[0]
 
     h = [w["embed_tokens.weight"][t] * scale for t in ids]
+    for p, vec in (soft_rows or {}).items():
+        h[p] = np.array(vec, dtype=np.float64)
     for li, t in enumerate(spec.types()):
         L = lambda name: w[f"layers.{li}.{name}"]  # noqa: E731
         full = t == FULL
@@ -106,7 +112,11 @@ def naive_forward(spec, w, ids):
             heads_out = []
             for j in range(spec.heads):
                 g = j // (spec.heads // kvh)
-                keys = [k for k in range(qpos + 1) if full or qpos - k < spec.window]
+                if full:
+                    keys = list(range(qpos + 1))
+                else:
+                    keys = [k for k in range(n) if (k <= qpos or block_of.get(k, -1) == block_of.get(qpos, -2))
+                            and qpos - k < spec.window]
                 sc = np.array([float(np.dot(Q[qpos][j], K[k][g])) for k in keys])
                 e = np.exp(sc - sc.max())
                 pr = e / e.sum()
@@ -374,9 +384,11 @@ class Readers(unittest.TestCase):
                                                legacy_rope_keys=legacy, prefix=prefix)
                     name = f"rd_{dtype}_{shards}_{flat}_{legacy}_{prefix}"
                     ckpt, stored = build(spec, name)
-                    self.assertEqual(sorted(ckpt.weights), sorted(stored))
+                    loaded = {**ckpt.weights, **ckpt.media}
+                    self.assertEqual(sorted(loaded), sorted(stored))
+                    self.assertEqual(len(ckpt.media), 11)
                     for n, v in stored.items():
-                        np.testing.assert_array_equal(ckpt.weights[n], v, err_msg=f"{name}: {n}")
+                        np.testing.assert_array_equal(loaded[n], v, err_msg=f"{name}: {n}")
                     files = os.listdir(os.path.join(TMP, name))
                     self.assertEqual("model.safetensors.index.json" in files, shards > 1)
                     if dtype == "BF16":
@@ -430,6 +442,400 @@ class PrecisionCalibration(unittest.TestCase):
         self.assertLess(f32.max(), 2e-3)
         self.assertLess(np.median(b16), 0.35)
         self.assertLess(b16.max(), 1.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Images and audio (MULTIMODAL.md)
+# ----------------------------------------------------------------------------------------------
+
+IMG, AUD = oracle.IMAGE_TOKEN, oracle.AUDIO_TOKEN
+
+
+def mm_spec(**changes):
+    base = dict(layers=4, hidden=32, intermediate=48, heads=2, head_dim=8, kv_heads=1, global_head_dim=16,
+                global_kv_heads=1, vocab=oracle.EOA_TOKEN + 1, window=3,
+                layer_types=(SLIDING, FULL, SLIDING, SLIDING), seed=31)
+    base.update(changes)
+    return Spec(**base)
+
+
+def save_image(name, array, mode=None, **kwargs):
+    from PIL import Image
+    path = os.path.join(TMP, name)
+    Image.fromarray(array, mode).save(path, **kwargs)
+    return path
+
+
+def naive_embed_image(m, pixels, eps=1e-5, rms_eps=1e-6):
+    """Loops over blocks, rows, columns and channels; statistics with math.fsum."""
+    rows, cols = pixels.shape[0] // 48, pixels.shape[1] // 48
+    out = []
+
+    def ln(v, w, b):
+        mean = math.fsum(v) / len(v)
+        var = math.fsum((x - mean) ** 2 for x in v) / len(v)
+        return np.array([(x - mean) / math.sqrt(var + eps) for x in v]) * w + b
+
+    for y in range(rows):
+        for x in range(cols):
+            vec = [pixels[y * 48 + r, x * 48 + c, ch] / 255.0 for r in range(48) for c in range(48) for ch in range(3)]
+            t = ln(vec, m["model.vision_embedder.patch_ln1.weight"], m["model.vision_embedder.patch_ln1.bias"])
+            t = m["model.vision_embedder.patch_dense.weight"] @ t + m["model.vision_embedder.patch_dense.bias"]
+            t = ln(t, m["model.vision_embedder.patch_ln2.weight"], m["model.vision_embedder.patch_ln2.bias"])
+            t = t + m["model.vision_embedder.pos_embedding"][x, 0] + m["model.vision_embedder.pos_embedding"][y, 1]
+            t = ln(t, m["model.vision_embedder.pos_norm.weight"], m["model.vision_embedder.pos_norm.bias"])
+            t = t / math.sqrt(math.fsum(v * v for v in t) / len(t) + rms_eps)
+            out.append(m["model.embed_vision.embedding_projection.weight"] @ t)
+    return np.array(out)
+
+
+class TargetSize(unittest.TestCase):
+    def test_square_is_768(self):
+        for side in (1, 47, 100, 768, 1000, 4032):
+            self.assertEqual(oracle.target_size(side, side), (768, 768), side)
+
+    def test_known_sizes(self):
+        # f = sqrt(645120 / (H·W)), H' = floor(f·H/48)·48 (MULTIMODAL.md).
+        self.assertEqual(oracle.target_size(300, 500), (576, 1008))       # 12 x 21 = 252 tokens
+        self.assertEqual(oracle.target_size(1200, 900), (912, 672))       # 19 x 14 = 266
+        self.assertEqual(oracle.target_size(864, 672), (864, 672))        # already there
+        self.assertEqual(oracle.target_size(672, 960), (672, 960))        # f = 1 exactly: 280 tokens
+
+    def test_multiples_within_budget(self):
+        rng = np.random.default_rng(0)
+        for h, w in rng.integers(1, 5000, size=(400, 2)):
+            th, tw = oracle.target_size(int(h), int(w))
+            self.assertEqual((th % 48, tw % 48), (0, 0), (h, w))
+            self.assertGreaterEqual(min(th, tw), 48)
+            self.assertLessEqual((th // 48) * (tw // 48), 280, (h, w, th, tw))
+            if th > 48 and tw > 48:   # the ordinary rule keeps the aspect to within a block
+                self.assertLess(abs(th / tw - h / w) / (h / w), 48.0 / min(th, tw) + 1e-9, (h, w, th, tw))
+
+    def test_side_rounding_to_zero(self):
+        # 10 x 5000: f·10/48 < 1, so H' = 48 and W' = min(floor(5000/10)·48, 280·48).
+        self.assertEqual(oracle.target_size(10, 5000), (48, 280 * 48))
+        self.assertEqual(oracle.target_size(5000, 10), (280 * 48, 48))
+        self.assertEqual(oracle.target_size(1, 281), (48, 280 * 48))       # f·1/48 = 0.9996
+        self.assertEqual(oracle.target_size(1, 279), (48, 279 * 48))       # f·1/48 = 1.0018: ordinary rule
+        self.assertEqual(oracle.target_size(20, 3000), (48, 204 * 48))     # f·20/48 = 1.37: ordinary rule
+        # Another budget: 70 tokens.
+        self.assertEqual(oracle.target_size(100, 100, max_soft_tokens=70), (384, 384))
+        self.assertEqual(oracle.target_size(1, 100, max_soft_tokens=70), (48, 70 * 48))
+
+
+class PrepareImage(unittest.TestCase):
+    def test_no_resize_at_target_size(self):
+        px = np.random.default_rng(1).integers(0, 256, size=(768, 768, 3), dtype=np.uint8)
+        got = oracle.prepare_image(save_image("exact.png", px))
+        np.testing.assert_array_equal(got, px)
+        self.assertEqual(got.dtype, np.uint8)
+
+    def test_bicubic_resize(self):
+        from PIL import Image
+        px = np.random.default_rng(2).integers(0, 256, size=(300, 500, 3), dtype=np.uint8)
+        got = oracle.prepare_image(save_image("small.png", px))
+        self.assertEqual(got.shape, (576, 1008, 3))
+        want = np.array(Image.fromarray(px).resize((1008, 576), getattr(Image, "Resampling", Image).BICUBIC))
+        np.testing.assert_array_equal(got, want)
+
+    def test_alpha_dropped_gray_expanded(self):
+        rng = np.random.default_rng(3)
+        rgba = rng.integers(0, 256, size=(768, 768, 4), dtype=np.uint8)
+        np.testing.assert_array_equal(oracle.prepare_image(save_image("rgba.png", rgba, "RGBA")), rgba[..., :3])
+        gray = rng.integers(0, 256, size=(768, 768), dtype=np.uint8)
+        np.testing.assert_array_equal(oracle.prepare_image(save_image("gray.png", gray, "L")),
+                                      np.repeat(gray[..., None], 3, axis=2))
+
+    def test_exif_orientation(self):
+        from PIL import Image
+        px = np.random.default_rng(4).integers(0, 256, size=(672, 864, 3), dtype=np.uint8)   # stored 864 wide
+        exif = Image.Exif()
+        exif[0x0112] = 6          # rotate 90° clockwise to display
+        path = save_image("rot.png", px, exif=exif.tobytes())
+        got = oracle.prepare_image(path)
+        self.assertEqual(got.shape, (864, 672, 3))                       # displayed 672 wide, no resize
+        np.testing.assert_array_equal(got, np.rot90(px, k=-1))
+
+
+class Patches(unittest.TestCase):
+    def test_order_and_flattening(self):
+        # 2 rows x 3 columns of blocks; each value encodes its (y, x, channel).
+        y, x, c = np.mgrid[0:96, 0:144, 0:3]
+        px = ((y * 7 + x * 3 + c * 50) % 256).astype(np.uint8)
+        patches, pos = oracle.image_patches(px)
+        self.assertEqual(patches.shape, (6, 6912))
+        np.testing.assert_array_equal(pos, [[0, 0], [1, 0], [2, 0], [0, 1], [1, 1], [2, 1]])   # (X, Y)
+        for n in range(6):
+            X, Y = n % 3, n // 3
+            for r, col, ch in ((0, 0, 0), (0, 0, 2), (0, 1, 0), (1, 0, 0), (47, 47, 2), (5, 30, 1)):
+                self.assertEqual(patches[n, (r * 48 + col) * 3 + ch], px[Y * 48 + r, X * 48 + col, ch] / 255.0)
+        self.assertEqual(patches.min(), 0.0)
+        self.assertLessEqual(patches.max(), 1.0)
+        self.assertEqual(oracle.image_soft_tokens(px), 6)
+
+    def test_rejects_unaligned(self):
+        with self.assertRaises(ValueError):
+            oracle.image_patches(np.zeros((96, 100, 3), np.uint8))
+
+
+class MediaEmbedders(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.spec = mm_spec(hidden=24)
+        cls.ckpt, cls.stored = build(cls.spec, "media_embed")
+
+    def test_tensors_and_config(self):
+        m = self.ckpt.media
+        self.assertEqual(m["model.vision_embedder.pos_embedding"].shape, (1120, 2, 24))
+        self.assertEqual(m["model.vision_embedder.patch_dense.weight"].shape, (24, 6912))
+        self.assertEqual(m["model.embed_audio.embedding_projection.weight"].shape, (24, 640))
+        self.assertEqual(self.ckpt.media_config, oracle.MediaConfig())
+        with open(os.path.join(TMP, "media_embed", "config.json")) as f:
+            raw = json.load(f)
+        self.assertEqual(raw["vision_config"]["model_patch_size"], 48)
+        self.assertEqual(raw["audio_config"]["audio_samples_per_token"], 640)
+        self.assertEqual(raw["image_token_id"], IMG)
+        text_only, _ = build(dataclasses.replace(self.spec, multimodal=False), "media_none")
+        self.assertEqual(text_only.media, {})
+        with self.assertRaisesRegex(ValueError, "vision"):
+            oracle.embed_image(text_only, np.zeros((48, 48, 3), np.uint8))
+
+    def test_image_against_loops(self):
+        rng = np.random.default_rng(5)
+        px = rng.integers(0, 256, size=(96, 144, 3)).astype(np.uint8)
+        px[:48, :48] = 230                                   # an exactly constant block
+        px[48:, 96:] = 12
+        px[50, 100, 1] = 13                                  # and a near-constant one
+        np.testing.assert_allclose(oracle.embed_image(self.ckpt, px), naive_embed_image(self.ckpt.media, px),
+                                   rtol=0, atol=1e-10)
+
+    def test_layer_norm_eps_and_accuracy(self):
+        # A near-constant patch at a high level: the two-pass variance is exact to float64
+        # rounding, and eps 1e-5 (not 1e-6) enters.
+        v = np.full(6912, 230 / 255.0)
+        v[::500] += 1 / 255.0
+        mean = math.fsum(v) / v.size
+        var = math.fsum((x - mean) ** 2 for x in v) / v.size
+        want = (v - mean) / math.sqrt(var + 1e-5)
+        np.testing.assert_allclose(oracle.layer_norm(v, 1.0, 0.0, 1e-5), want, rtol=1e-9, atol=0)
+        px = np.full((48, 48, 3), 200, np.uint8)
+        px[0, :10, 0] = 201
+        base = oracle.embed_image(self.ckpt, px)
+        other = oracle.embed_image(dataclasses.replace(
+            self.ckpt, media_config=dataclasses.replace(self.ckpt.media_config, layer_norm_eps=1e-6)), px)
+        self.assertGreater(np.abs(other - base).max(), 0.05)
+
+    def test_position_axes(self):
+        # Moving a block changes its soft token only through pos_embedding[X,0] + pos_embedding[Y,1].
+        rng = np.random.default_rng(6)
+        tile = rng.integers(0, 256, size=(48, 48, 3)).astype(np.uint8)
+        px = np.zeros((96, 96, 3), np.uint8)
+        px[:48, 48:] = tile                                   # X = 1, Y = 0
+        m = dict(self.ckpt.media)
+        table = m["model.vision_embedder.pos_embedding"].copy()
+        table[1, 0] = table[0, 0]                             # make X = 1 look like X = 0 ...
+        m["model.vision_embedder.pos_embedding"] = table
+        moved = dataclasses.replace(self.ckpt, media=m)
+        at_origin = np.zeros((96, 96, 3), np.uint8)
+        at_origin[:48, :48] = tile
+        np.testing.assert_allclose(oracle.embed_image(moved, px)[1], oracle.embed_image(moved, at_origin)[0],
+                                   rtol=0, atol=1e-12)       # ... and the tile at (1,0) equals it at (0,0)
+        self.assertGreater(np.abs(oracle.embed_image(self.ckpt, px)[1]
+                                  - oracle.embed_image(self.ckpt, at_origin)[0]).max(), 0.01)
+
+    def test_soft_token_scale(self):
+        # np_checkpoint.media_init keeps every stage O(1): soft tokens have about unit RMS.
+        px = np.random.default_rng(7).integers(0, 256, size=(96, 96, 3)).astype(np.uint8)
+        for soft in (oracle.embed_image(self.ckpt, px),
+                     oracle.embed_audio(self.ckpt, np.random.default_rng(8).normal(0, 0.1, 3000))):
+            r = np.sqrt(np.mean(soft ** 2, axis=1))
+            self.assertTrue(np.all((r > 0.4) & (r < 2.5)), r)
+
+    def test_audio_frames(self):
+        rng = np.random.default_rng(9)
+        w = self.ckpt.media["model.embed_audio.embedding_projection.weight"]
+        for n, t in ((640, 1), (641, 2), (1280, 2), (40000, 63)):
+            s = rng.normal(0, 0.2, n)
+            soft = oracle.embed_audio(self.ckpt, s)
+            self.assertEqual(soft.shape, (t, 24))
+            self.assertEqual(oracle.audio_soft_tokens(s), t)
+            padded = np.zeros(t * 640)
+            padded[:n] = s
+            for k in (0, t - 1):
+                f = padded[k * 640:(k + 1) * 640]
+                want = w @ (f / math.sqrt(math.fsum(f * f) / 640 + 1e-6))
+                np.testing.assert_allclose(soft[k], want, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(oracle.embed_audio(self.ckpt, np.zeros(640)), np.zeros((1, 24)))
+
+
+def wav_bytes(fmt_tag, channels, rate, bits, data, extensible=False, extra_chunks=b""):
+    align = channels * bits // 8
+    fmt = struct.pack("<HHIIHH", 0xFFFE if extensible else fmt_tag, channels, rate, rate * align, align, bits)
+    if extensible:
+        guid_tail = b"\x00\x00\x00\x00\x10\x00\x80\x00\x00\xaa\x00\x38\x9b\x71"
+        fmt += struct.pack("<HHI", 22, bits, 0) + struct.pack("<H", fmt_tag) + guid_tail
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + extra_chunks
+    body += b"data" + struct.pack("<I", len(data)) + data + (b"\x00" if len(data) % 2 else b"")
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+class Audio(unittest.TestCase):
+    def write(self, name, raw):
+        path = os.path.join(TMP, name)
+        with open(path, "wb") as f:
+            f.write(raw)
+        return path
+
+    def test_pcm16_mono_and_stereo(self):
+        import wave
+        pcm = np.array([[0, 1], [-32768, 32767], [16384, -16384], [100, 300]], dtype="<i2")
+        for channels in (1, 2):
+            path = os.path.join(TMP, f"pcm{channels}.wav")
+            with wave.open(path, "wb") as f:
+                f.setnchannels(channels)
+                f.setsampwidth(2)
+                f.setframerate(16000)
+                f.writeframes((pcm if channels == 2 else pcm[:, 0]).tobytes())
+            got = oracle.load_audio(path)
+            want = pcm.astype(np.float64) / 32768.0
+            np.testing.assert_array_equal(got, want.mean(axis=1) if channels == 2 else want[:, 0])
+
+    def test_float32_plain_and_extensible(self):
+        x = np.array([[0.5, -0.25], [0.1, 0.3], [-1.0, 1.0]], dtype="<f4")
+        odd_chunk = b"LIST" + struct.pack("<I", 3) + b"abc" + b"\x00"       # odd size, padded
+        for ext in (False, True):
+            path = self.write(f"f32_{ext}.wav", wav_bytes(3, 2, 16000, 32, x.tobytes(), ext, odd_chunk))
+            np.testing.assert_array_equal(oracle.load_audio(path), x.astype(np.float64).mean(axis=1))
+        path = self.write("f32_mono.wav", wav_bytes(3, 1, 16000, 32, x[:, 0].tobytes()))
+        np.testing.assert_array_equal(oracle.load_audio(path), x[:, 0].astype(np.float64))
+
+    def test_refused(self):
+        with self.assertRaisesRegex(ValueError, "44100"):
+            oracle.load_audio(self.write("rate.wav", wav_bytes(1, 1, 44100, 16, b"\x00\x00" * 4)))
+        with self.assertRaisesRegex(ValueError, "format"):
+            oracle.load_audio(self.write("pcm24.wav", wav_bytes(1, 1, 16000, 24, b"\x00" * 6)))
+        with self.assertRaisesRegex(ValueError, "RIFF"):
+            oracle.load_audio(self.write("junk.wav", b"not a wav file at all"))
+
+
+class SoftTokens(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.spec = mm_spec()
+        cls.ckpt, cls.stored = build(cls.spec, "soft_tokens")
+        rng = np.random.default_rng(10)
+        cls.px = rng.integers(0, 256, size=(96, 144, 3)).astype(np.uint8)     # 6 soft tokens
+        cls.px2 = rng.integers(0, 256, size=(48, 96, 3)).astype(np.uint8)     # 2
+        cls.audio = rng.normal(0, 0.1, 1500)                                   # 3
+        cls.ids = ([2, 7, 8, oracle.BOI_TOKEN] + [IMG] * 6 + [oracle.EOI_TOKEN, 9, oracle.BOA_TOKEN] + [AUD] * 3
+                   + [oracle.EOA_TOKEN, 10, oracle.BOI_TOKEN] + [IMG] * 2 + [oracle.EOI_TOKEN, 11, 12])
+
+    def test_replace_exactly_the_placeholder_rows(self):
+        h, spans = oracle.embed_inputs(self.ckpt, self.ids, images=[self.px, self.px2], audios=[self.audio])
+        self.assertEqual(spans.image, ((4, 10), (19, 21)))
+        self.assertEqual(spans.audio, ((13, 16),))
+        text = self.ckpt.weights["embed_tokens.weight"][self.ids] * oracle.bf16_round(math.sqrt(self.spec.hidden))
+        soft = np.zeros(len(self.ids), bool)
+        soft[4:10] = soft[13:16] = soft[19:21] = True
+        np.testing.assert_array_equal(h[~soft], text[~soft])
+        np.testing.assert_array_equal(h[4:10], oracle.embed_image(self.ckpt, self.px))      # not scaled
+        np.testing.assert_array_equal(h[19:21], oracle.embed_image(self.ckpt, self.px2))
+        np.testing.assert_array_equal(h[13:16], oracle.embed_audio(self.ckpt, self.audio))
+
+    def test_text_only_path_unchanged(self):
+        # Without media the placeholders are ordinary ids: forward equals the loop implementation.
+        np.testing.assert_allclose(oracle.forward(self.ckpt, self.ids),
+                                   naive_forward(self.spec, self.stored, self.ids), rtol=0, atol=1e-9)
+
+    def test_against_loops_with_blocks(self):
+        soft = {}
+        for start, item in ((4, oracle.embed_image(self.ckpt, self.px)), (13, oracle.embed_audio(self.ckpt, self.audio)),
+                            (19, oracle.embed_image(self.ckpt, self.px2))):
+            soft.update({start + i: v for i, v in enumerate(item)})
+        want = naive_forward(self.spec, self.stored, self.ids, soft, blocks=((4, 10), (19, 21)))
+        got = oracle.forward(self.ckpt, self.ids, images=[self.px, self.px2], audios=[self.audio])
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+
+    def test_mismatches_raise(self):
+        short = [t for i, t in enumerate(self.ids) if i != 5]                # a 5-token run for 6 tokens
+        with self.assertRaisesRegex(ValueError, "5 tokens"):
+            oracle.forward(self.ckpt, short, images=[self.px, self.px2], audios=[self.audio])
+        with self.assertRaisesRegex(ValueError, "2 runs"):
+            oracle.forward(self.ckpt, self.ids, images=[self.px], audios=[self.audio])
+        with self.assertRaisesRegex(ValueError, "audio"):
+            oracle.forward(self.ckpt, self.ids, images=[self.px, self.px2], audios=[])
+        with self.assertRaisesRegex(ValueError, "gives 2 soft tokens"):
+            oracle.forward(self.ckpt, self.ids, images=[self.px2, self.px], audios=[self.audio])
+
+    def test_oracle_cli_with_media(self):
+        import wave
+        # A copy whose vision_config budget is 10 soft tokens: the 144x96 image is then at its
+        # target size (f = 1.29: 2 x 3 blocks), so the CLI run stays small.
+        src_dir, budget_dir = os.path.join(TMP, "soft_tokens"), os.path.join(TMP, "soft_tokens_budget10")
+        shutil.copytree(src_dir, budget_dir, dirs_exist_ok=True)
+        with open(os.path.join(budget_dir, "config.json")) as f:
+            raw = json.load(f)
+        raw["vision_config"]["num_soft_tokens"] = 10
+        with open(os.path.join(budget_dir, "config.json"), "w") as f:
+            json.dump(raw, f)
+        ckpt = oracle.load_checkpoint(budget_dir)
+        self.assertEqual(ckpt.media_config.max_soft_tokens, 10)
+        img = save_image("cli.png", self.px)
+        np.testing.assert_array_equal(oracle.prepare_image(img, max_soft_tokens=10), self.px)
+        wav = os.path.join(TMP, "cli.wav")
+        with wave.open(wav, "wb") as f:
+            f.setnchannels(1)
+            f.setsampwidth(2)
+            f.setframerate(16000)
+            f.writeframes(np.round(self.audio * 32767).astype("<i2").tobytes())
+        ids = self.ids[:17]                                  # the first image and the audio
+        out = os.path.join(TMP, "cli_media.npy")
+        done = subprocess.run([sys.executable, os.path.join(HERE, "oracle.py"), "--model", budget_dir,
+                               "--ids", ",".join(map(str, ids)), "--image", img, "--audio", wav, "--out", out],
+                              capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        want = oracle.forward(ckpt, ids, images=[self.px], audios=[oracle.load_audio(wav)])
+        np.testing.assert_array_equal(np.load(out), want)
+
+
+class ImageMasks(unittest.TestCase):
+    def test_visible(self):
+        cfg = oracle.parse_config(np_checkpoint.full_config(mm_spec()))
+        sliding, full = cfg.kinds[SLIDING], cfg.kinds[FULL]          # window 3
+        pos = np.arange(16.0)
+        spans = ((2, 10), (12, 15))
+        m = oracle.visible(pos, sliding, spans)
+        self.assertTrue(m[2, 9])          # a later key of q's block, beyond the window
+        self.assertTrue(m[3, 9])
+        self.assertFalse(m[9, 2])         # earlier keys of the block obey the window
+        self.assertTrue(m[9, 7])
+        self.assertFalse(m[3, 12])        # not a key of another image block
+        self.assertFalse(m[3, 10])        # nor a later text token
+        self.assertFalse(m[13, 9])        # the other block's past: window
+        self.assertTrue(m[14, 12] and m[12, 14])
+        self.assertFalse(m[10, 11])       # text stays causal
+        outside = [q for q in range(16) if not any(s <= q < e for s, e in spans)]
+        plain = oracle.visible(pos, sliding)
+        np.testing.assert_array_equal(m[outside], plain[outside])
+        np.testing.assert_array_equal(oracle.visible(pos, full, spans), np.tril(np.ones((16, 16), bool)))
+
+    def test_forward_sees_later_block_keys_on_sliding_layers_only(self):
+        rng = np.random.default_rng(11)
+        px = rng.integers(0, 256, size=(96, 240, 3)).astype(np.uint8)          # 10 soft tokens, window 3
+        changed = px.copy()
+        changed[48:, 192:] = 255 - changed[48:, 192:]                          # the last block only
+        ids = [2, 5, oracle.BOI_TOKEN] + [IMG] * 10 + [oracle.EOI_TOKEN, 6]
+        for types, moves in (((SLIDING, SLIDING), True), ((FULL, FULL), False), ((SLIDING, FULL), True)):
+            ckpt, _ = build(mm_spec(layers=2, layer_types=types), f"block_mask_{types[0]}_{types[1]}")
+            a = oracle.forward(ckpt, ids, images=[px])
+            b = oracle.forward(ckpt, ids, images=[changed])
+            np.testing.assert_array_equal(a[:3], b[:3])                         # before the block: causal
+            self.assertEqual(np.abs(a[3] - b[3]).max() > 1e-6, moves, types)   # first soft token
+            self.assertGreater(np.abs(a[12] - b[12]).max(), 1e-6)
+            if SLIDING in types:
+                causal = with_kind(ckpt, SLIDING, image_blocks_bidirectional=False)
+                np.testing.assert_array_equal(oracle.forward(causal, ids, images=[px])[:12],
+                                              oracle.forward(causal, ids, images=[changed])[:12])
 
 
 if __name__ == "__main__":

@@ -3,7 +3,16 @@ add_test(NAME oracle_self_test
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/oracle/self_test.py)
 set_tests_properties(oracle_self_test PROPERTIES TIMEOUT 120)
 
+# Text prompts only (check_engine.py's default group).
 add_test(NAME oracle_exactness
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/oracle/check_engine.py
                  --bin ${CMAKE_BINARY_DIR}/bin --work ${CMAKE_BINARY_DIR}/test_data/oracle)
 set_tests_properties(oracle_exactness PROPERTIES TIMEOUT 300)
+
+# Images and audio (MULTIMODAL.md): `layerpipe score/generate --image/--audio` on vocab-262144
+# checkpoints whose sliding window is shorter than an image block. The float64 head over 262,144
+# ids is most of the time (about 3 minutes on 2 busy cores, the engine's runs not counted).
+add_test(NAME oracle_multimodal
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/oracle/check_engine.py --cases multimodal
+                 --bin ${CMAKE_BINARY_DIR}/bin --work ${CMAKE_BINARY_DIR}/test_data/oracle_multimodal)
+set_tests_properties(oracle_multimodal PROPERTIES TIMEOUT 900)

@@ -301,6 +301,39 @@ TEST_F(GemmaTest, ChatConversation) {
   }
 }
 
+// <|image|> and <|audio|> expand to their framed runs as ids (the Gemma 3 test vocabulary spells those ids
+// otherwise), the text between them tokenized piece by piece; counts must match.
+TEST_F(GemmaTest, SoftTokenPlaceholdersExpandToIds) {
+  const MultimodalTokenIds mm;
+  SoftTokenExpander ex(mm, {3, 2}, {4});
+  const std::vector<int32_t> ids = ex.EncodePrompt(tok(), "A <|image|>B<|audio|> and <|image|>", /*add_bos=*/true);
+  ASSERT_TRUE(ex.Finish().ok()) << ex.Finish();
+  std::vector<int32_t> want = tok().Encode("A ", true);
+  want.insert(want.end(), {255999, 258880, 258880, 258880, 258882});
+  for (int32_t id : tok().Encode("B", false)) want.push_back(id);
+  want.insert(want.end(), {256000, 258881, 258881, 258881, 258881, 258883});
+  for (int32_t id : tok().Encode(" and ", false)) want.push_back(id);
+  want.insert(want.end(), {255999, 258880, 258880, 258882});
+  EXPECT_EQ(ids, want);
+  // Without placeholders the prompt is exactly the tokenizer's.
+  SoftTokenExpander none(mm, {}, {});
+  EXPECT_EQ(none.EncodePrompt(tok(), "plain text", true), tok().Encode("plain text", true));
+  EXPECT_TRUE(none.Finish().ok());
+  SoftTokenExpander extra(mm, {3}, {});
+  extra.EncodePrompt(tok(), "<|image|> and <|image|>", true);
+  EXPECT_EQ(extra.Finish().message(), "the prompt has 2 <|image|> placeholders for 1 image given");
+  SoftTokenExpander missing(mm, {}, {5});
+  missing.EncodePrompt(tok(), "no audio here", true);
+  EXPECT_EQ(missing.Finish().message(), "the prompt has 0 <|audio|> placeholders for 1 audio clip given");
+  // In the chat format an image item sits in the user turn as the template writes it.
+  SoftTokenExpander chat(mm, {2}, {});
+  const std::vector<int32_t> c = BuildChatPrompt(tok(), std::string("Look") + std::string(kChatImageItem), {}, &chat);
+  ASSERT_TRUE(chat.Finish().ok());
+  EXPECT_EQ(std::count(c.begin(), c.end(), 258880), 2);
+  EXPECT_EQ(c[0], kBosId);
+  EXPECT_EQ(c[1], kTurnBeginId);
+}
+
 TEST_F(GemmaTest, LongInputIsFast) {
   std::mt19937 rng(7);
   std::string one_word;  // no spaces or newlines: BPE sees a single 100 KB word

@@ -137,6 +137,73 @@ TEST(FrameCheck, RefusesEachBadField) {
   }
 }
 
+// Image blocks and soft inputs: a 96x48 image (2 blocks of 48) and 2 audio frames among the ids.
+internal::v1::StepFrame SoftTokenFrame() {
+  internal::v1::StepFrame f = OneSlice({2, 255999, 258880, 258880, 258882, 258881, 258881, 7}, /*pos0=*/10);
+  internal::v1::StepSlice* s = f.mutable_slices(0);
+  internal::v1::PositionSpan* b = s->add_image_blocks();
+  b->set_begin(12);
+  b->set_end(14);
+  internal::v1::SoftInput* image = s->add_soft_inputs();
+  image->set_offset(2);
+  image->set_count(2);
+  image->mutable_image()->set_height(48);
+  image->mutable_image()->set_width(96);
+  image->mutable_image()->set_rgb(std::string(48 * 96 * 3, '\x7f'));
+  internal::v1::SoftInput* audio = s->add_soft_inputs();
+  audio->set_offset(5);
+  audio->set_count(2);
+  audio->set_audio_samples(std::string(2 * 640 * 4, '\0'));
+  return f;
+}
+
+TEST(FrameCheck, SoftTokensAreCheckedAgainstTheirPlaceholders) {
+  StageShape shape{96, 262144, 4096, true};
+  shape.vision_block = 48;
+  shape.audio_frame = 640;
+  shape.image_id = 258880;
+  shape.audio_id = 258881;
+  int64_t rows;
+  ASSERT_TRUE(CheckFrameContent(SoftTokenFrame(), shape, &rows).ok()) << CheckFrameContent(SoftTokenFrame(), shape, &rows);
+  auto message = [&](const internal::v1::StepFrame& f) {
+    const absl::Status st = CheckFrameContent(f, shape, &rows);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    return std::string(st.message());
+  };
+  internal::v1::StepFrame f = SoftTokenFrame();
+  f.mutable_slices(0)->mutable_image_blocks(0)->set_end(15);  // over the eoi id
+  EXPECT_NE(message(f).find("holds id 258882 at position 14"), std::string::npos);
+  f = SoftTokenFrame();
+  f.mutable_slices(0)->mutable_image_blocks(0)->set_begin(8);  // before the slice
+  EXPECT_NE(message(f).find("is not ascending inside the slice's positions [10, 18)"), std::string::npos);
+  f = SoftTokenFrame();
+  f.mutable_slices(0)->mutable_soft_inputs(0)->mutable_image()->set_width(144);
+  EXPECT_NE(message(f).find("does not make the soft input's 2 blocks"), std::string::npos);
+  f = SoftTokenFrame();
+  f.mutable_slices(0)->mutable_soft_inputs(0)->mutable_image()->mutable_rgb()->pop_back();
+  EXPECT_NE(message(f).find("RGB bytes"), std::string::npos);
+  f = SoftTokenFrame();
+  f.mutable_slices(0)->mutable_soft_inputs(1)->set_offset(4);  // starts on the boa id
+  EXPECT_NE(message(f).find("not the placeholder 258881"), std::string::npos);
+  f = SoftTokenFrame();
+  f.mutable_slices(0)->mutable_soft_inputs(1)->mutable_audio_samples()->append("x");
+  EXPECT_NE(message(f).find("bytes of samples"), std::string::npos);
+  f = SoftTokenFrame();
+  f.mutable_slices(0)->mutable_soft_inputs(1)->set_count(100);
+  EXPECT_NE(message(f).find("lie outside the slice's 8 rows"), std::string::npos);
+  f = SoftTokenFrame();
+  f.mutable_slices(0)->clear_soft_inputs();  // a block with no image on the first stage
+  EXPECT_NE(message(f).find("1 image blocks but 0 images to embed"), std::string::npos);
+  // Later stages see the blocks only; soft inputs are the first stage's.
+  StageShape later = shape;
+  later.first = false;
+  EXPECT_TRUE(CheckFrameContent(f, later, &rows).ok());
+  EXPECT_NE(CheckFrameContent(SoftTokenFrame(), later, &rows).message().find("first stage only"), std::string::npos);
+  // A model without images or audio takes neither.
+  StageShape text_only{96, 262144, 4096, true};
+  EXPECT_NE(CheckFrameContent(SoftTokenFrame(), text_only, &rows).message().find("takes no images"), std::string::npos);
+}
+
 TEST(FrameCheck, PositionsNearInt64MaxAreReportedWithoutOverflow) {
   // pos0 + ids_size - 1 overflowed int64 while formatting this error (UBSan; the input is
   // tests/fuzz/crashes/step_frame_fuzz/pos0_int64_max_overflows).

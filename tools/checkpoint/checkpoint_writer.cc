@@ -102,15 +102,18 @@ json TextConfig(const RandomCheckpointOptions& o, const std::vector<LayerType>& 
   };
 }
 
+// The 12B's vision and audio sections (MULTIMODAL.md, "Checkpoint").
+constexpr int64_t kPatchValues = 48 * 48 * 3;
+constexpr int64_t kPosembSize = 1120;
+constexpr int64_t kAudioSamplesPerToken = 640;
+
 json FullConfig(const RandomCheckpointOptions& o, const std::vector<LayerType>& types) {
   json tc = TextConfig(o, types);
   if (o.flat_config) return tc;
-  return {
+  json config = {
       {"architectures", {"Gemma4UnifiedForConditionalGeneration"}},
       {"model_type", "gemma4_unified"},
       {"text_config", tc},
-      {"vision_config", {{"model_type", "gemma4_unified_vision"}, {"patch_size", 48}, {"hidden_size", o.hidden}}},
-      {"audio_config", {{"model_type", "gemma4_unified_audio"}, {"hidden_size", 640}}},
       {"image_token_id", 258880},
       {"boi_token_id", 255999},
       {"eoi_token_id", 258882},
@@ -122,6 +125,38 @@ json FullConfig(const RandomCheckpointOptions& o, const std::vector<LayerType>& 
       {"eos_token_id", 1},
       {"pad_token_id", 0},
   };
+  if (WritesMultimodal(o)) {
+    config["vision_config"] = {{"model_type", "gemma4_unified_vision"}, {"patch_size", 16},
+                               {"pooling_kernel_size", 3}, {"model_patch_size", 48},
+                               {"mm_embed_dim", o.hidden}, {"mm_posemb_size", kPosembSize},
+                               {"num_soft_tokens", 280}, {"output_proj_dims", o.hidden},
+                               {"rms_norm_eps", 1e-6}};
+    config["audio_config"] = {{"model_type", "gemma4_unified_audio"}, {"audio_embed_dim", kAudioSamplesPerToken},
+                              {"audio_samples_per_token", kAudioSamplesPerToken}, {"hidden_size", 640},
+                              {"output_proj_dims", 640}, {"rms_norm_eps", 1e-6}};
+  }
+  return config;
+}
+
+// The embedders' tensors. Scales keep every stage O(1): a soft token's rows are RMS-normalised before the
+// projection, so with a 1/sqrt(in) projection they come out as large as the scaled text embeddings.
+std::vector<TensorBlob> MakeEmbedderTensors(const RandomCheckpointOptions& o) {
+  std::vector<TensorBlob> out;
+  const int64_t H = o.hidden;
+  const std::string v = "model.vision_embedder.";
+  out.push_back(Uniform(o.seed, v + "patch_ln1.weight", {kPatchValues}, 1.0, 0.1));
+  out.push_back(Uniform(o.seed, v + "patch_ln1.bias", {kPatchValues}, 0.0, 0.1));
+  out.push_back(Random(o.seed, v + "patch_dense.weight", {H, kPatchValues}, 1.0 / std::sqrt(double(kPatchValues))));
+  out.push_back(Uniform(o.seed, v + "patch_dense.bias", {H}, 0.0, 0.1));
+  for (const char* ln : {"patch_ln2", "pos_norm"}) {
+    out.push_back(Uniform(o.seed, v + ln + ".weight", {H}, 1.0, 0.1));
+    out.push_back(Uniform(o.seed, v + ln + ".bias", {H}, 0.0, 0.1));
+  }
+  out.push_back(Random(o.seed, v + "pos_embedding", {kPosembSize, 2, H}, 0.5));
+  out.push_back(Random(o.seed, "model.embed_vision.embedding_projection.weight", {H, H}, 1.0 / std::sqrt(double(H))));
+  out.push_back(Random(o.seed, "model.embed_audio.embedding_projection.weight", {H, kAudioSamplesPerToken},
+                       1.0 / std::sqrt(double(kAudioSamplesPerToken))));
+  return out;
 }
 
 absl::Status WriteText(const std::string& path, const std::string& text) {
@@ -140,6 +175,9 @@ std::vector<TensorBlob> MakeTensors(const RandomCheckpointOptions& o, const std:
   if (layer < 0) {
     out.push_back(Random(o.seed, prefix + "embed_tokens.weight", {o.vocab, H}, 1.0 / std::sqrt(double(H))));
     out.push_back(Uniform(o.seed, prefix + "norm.weight", {H}, 1.0, 0.2));
+    if (WritesMultimodal(o)) {
+      for (TensorBlob& t : MakeEmbedderTensors(o)) out.push_back(std::move(t));
+    }
     return out;
   }
   const bool full = types[layer] == LayerType::kFull;
@@ -168,6 +206,10 @@ std::vector<TensorBlob> MakeTensors(const RandomCheckpointOptions& o, const std:
 }
 
 }  // namespace
+
+bool WritesMultimodal(const RandomCheckpointOptions& o) {
+  return !o.text_only && !o.flat_config && o.vocab > 258883;
+}
 
 absl::Status WriteRandomCheckpoint(const std::string& dir, const RandomCheckpointOptions& o) {
   std::vector<LayerType> types = o.layer_types;

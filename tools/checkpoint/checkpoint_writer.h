@@ -34,8 +34,14 @@ struct RandomCheckpointOptions {
   uint64_t seed = 0;
   int shards = 0;             // 0: about one shard per 4 GB (at least 2); 1: a single model.safetensors
   bool flat_config = false;   // flat gemma4_unified_text config.json instead of the nested one
+  // Without the vision embedder, the audio projection and their config sections. They are written only
+  // when the vocabulary holds the soft-token ids (258880..258883), as the real one does.
+  bool text_only = false;
   std::string tokenizer_json; // copied into the checkpoint when set
 };
+
+// Whether a checkpoint written with `opt` has the image and audio inputs.
+bool WritesMultimodal(const RandomCheckpointOptions& opt);
 
 absl::Status WriteRandomCheckpoint(const std::string& dir, const RandomCheckpointOptions& opt);
 
