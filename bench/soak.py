@@ -841,6 +841,8 @@ def main():
     ap.add_argument("--work", default=None, help="parent of this run's scratch directory (default: the system's)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory (logs, checkpoint)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--job-retention", default="120s",
+                    help="the coordinator's --job-retention (default 120s: ended jobs then leave memory during the run)")
     ap.add_argument("--rss-bound-mb", type=float, default=64, help="allowed RSS growth per process after the "
                     "warm-up (default 64)")
     ap.add_argument("--warmup", type=float, default=60, help="seconds before RSS growth counts (default 60)")
@@ -890,7 +892,10 @@ def main():
         subprocess.run(small_checkpoint_argv(os.path.join(bin_dir, "layerpipe"), model, seed=args.seed,
                                              max_positions=MAX_POSITIONS),
                        check=True, stdout=subprocess.DEVNULL)
-        cluster = Cluster(bin_dir, model, logs, args.precision, args.worker_threads)
+        # Ended jobs stay readable for --job-retention (24 h by default): a run longer than that retention
+        # would count them as growth, so the soak keeps them for a short time and its RSS measures leaks.
+        cluster = Cluster(bin_dir, model, logs, args.precision, args.worker_threads,
+                          coordinator_flags=[f"--job-retention={args.job_retention}"])
         log(f"cluster: coordinator {cluster.address}, workers {', '.join(cluster.addresses)}; logs in {logs}")
         channel = grpc.insecure_channel(cluster.address)
         rng = random.Random(args.seed)

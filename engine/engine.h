@@ -42,6 +42,10 @@ class Engine {
   const ModelConfig& config() const { return config_; }
   const EngineOptions& options() const { return options_; }
   std::unique_ptr<SequenceState> NewSequence() const { return executor_->NewSequence(); }
+  // A sequence that continues from a snapshot of another (SequenceState::Snapshot): the prefix cache.
+  absl::StatusOr<std::unique_ptr<SequenceState>> NewSequenceFrom(const PrefixSnapshot& prefix) const {
+    return executor_->NewSequenceFrom(prefix);
+  }
 
   // Runs every input's ids (prefill and decode mixed; long inputs in prefill_chunk pieces) and returns
   // the logits after each input's last id: [inputs][vocab].

@@ -57,6 +57,12 @@ class LayerBackend {
 
   // Empty caches for a new sequence, in this backend's memory.
   virtual std::unique_ptr<SequenceState> NewSequence() const = 0;
+  // A new sequence that starts where `prefix` (a Snapshot of one of this backend's sequences) stands:
+  // its next token goes to position prefix.length(), and its logits equal those of a sequence that ran
+  // the prefix's tokens itself, bit for bit.
+  virtual absl::StatusOr<std::unique_ptr<SequenceState>> NewSequenceFrom(const PrefixSnapshot& prefix) const {
+    return absl::UnimplementedError(device() + " keeps no prefixes");
+  }
 
   // hidden: host [sum of n, hidden_size] fp32, rows in slice order; updated in place. Appends each
   // slice's keys and values to its caches and advances its length. A sequence may appear once per call;

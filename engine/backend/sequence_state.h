@@ -5,8 +5,21 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace layerpipe {
+
+// A sequence's caches frozen at one length, to start other sequences from (the prefix cache): a full
+// layer's whole pages are shared by reference (positions below the cut are never written again), its
+// partly filled last page and the sliding rings are copied, since the ring overwrites its oldest rows.
+class PrefixSnapshot {
+ public:
+  virtual ~PrefixSnapshot() = default;
+  // Positions the snapshot holds: a sequence started from it continues at this position.
+  virtual int64_t length() const = 0;
+  // Bytes the snapshot keeps alive: its copies, and the pages it shares.
+  virtual size_t bytes() const = 0;
+};
 
 class SequenceState {
  public:
@@ -20,6 +33,9 @@ class SequenceState {
   // pages). Every backend allocates the same layout, so engine/model/kv_bytes.h predicts both.
   virtual size_t bytes() const = 0;
   virtual size_t sliding_bytes() const = 0;
+
+  // The caches as they are now (see PrefixSnapshot); null from a backend that keeps no prefixes.
+  virtual std::unique_ptr<PrefixSnapshot> Snapshot() const { return nullptr; }
 
  private:
   int64_t length_ = 0;

@@ -35,6 +35,13 @@ std::unique_ptr<SequenceState> CpuBackend::NewSequence() const {
   return std::make_unique<SequenceKv>(std::move(layers), layer_begin());
 }
 
+absl::StatusOr<std::unique_ptr<SequenceState>> CpuBackend::NewSequenceFrom(const PrefixSnapshot& prefix) const {
+  if (!SequenceKv::Fits(prefix, layer_begin(), static_cast<size_t>(layer_end() - layer_begin()))) {
+    return absl::InvalidArgumentError("the prefix is not a snapshot of this CPU backend's layers");
+  }
+  return std::unique_ptr<SequenceState>(SequenceKv::From(prefix));
+}
+
 void CpuBackend::Matmul(const float* x, int64_t m, const Bf16Matrix& w, float* y) {
   MatmulBf16(x, m, w.cols, w.data, w.rows, y, pool_, precision_ == Precision::kBf16);
 }

@@ -1,5 +1,6 @@
 #include "engine/cpu/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/model/kv_bytes.h"
@@ -10,11 +11,32 @@ namespace layerpipe {
 LayerKvCache::LayerKvCache(bool ring, int64_t window, int64_t row_width, Precision precision)
     : ring_(ring), window_(window), width_(row_width), elem_(static_cast<size_t>(KvElementBytes(precision))) {}
 
+size_t LayerKvCache::block_bytes() const {
+  return static_cast<size_t>(kv::BlockBytes(ring_, window_, width_, static_cast<int64_t>(elem_)));
+}
+
 void LayerKvCache::Reserve(int64_t end) {
-  const size_t block_bytes = static_cast<size_t>(kv::BlockBytes(ring_, window_, width_, static_cast<int64_t>(elem_)));
   while (static_cast<int64_t>(blocks_.size()) < kv::BlocksAt(ring_, end)) {
-    blocks_.emplace_back(new uint8_t[block_bytes]);
+    blocks_.emplace_back(new uint8_t[block_bytes()]);
   }
+}
+
+LayerKvCache LayerKvCache::Frozen(int64_t length) const {
+  LayerKvCache out(*this);
+  out.blocks_.clear();
+  const int64_t blocks = std::min<int64_t>(kv::BlocksAt(ring_, length), static_cast<int64_t>(blocks_.size()));
+  // Whole pages below the cut are shared; a ring and a partly filled page are copied.
+  const int64_t whole = ring_ ? 0 : length / kv::kPageTokens;
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (b < whole) {
+      out.blocks_.push_back(blocks_[b]);
+    } else {
+      std::shared_ptr<uint8_t[]> copy(new uint8_t[block_bytes()]);
+      std::memcpy(copy.get(), blocks_[b].get(), block_bytes());
+      out.blocks_.push_back(std::move(copy));
+    }
+  }
+  return out;
 }
 
 uint8_t* LayerKvCache::Row(int64_t pos, int which) {
@@ -24,6 +46,50 @@ uint8_t* LayerKvCache::Row(int64_t pos, int which) {
 
 size_t LayerKvCache::bytes() const {
   return blocks_.size() * static_cast<size_t>(kv::BlockBytes(ring_, window_, width_, static_cast<int64_t>(elem_)));
+}
+
+namespace {
+
+// What a CPU sequence's snapshot holds: its layers frozen at one length.
+class CpuPrefix final : public PrefixSnapshot {
+ public:
+  CpuPrefix(std::vector<LayerKvCache> layers, int layer_begin, int64_t length)
+      : layers_(std::move(layers)), layer_begin_(layer_begin), length_(length) {}
+  int64_t length() const override { return length_; }
+  size_t bytes() const override {
+    size_t b = 0;
+    for (const LayerKvCache& l : layers_) b += l.bytes();
+    return b;
+  }
+  const std::vector<LayerKvCache>& layers() const { return layers_; }
+  int layer_begin() const { return layer_begin_; }
+
+ private:
+  std::vector<LayerKvCache> layers_;
+  int layer_begin_;
+  int64_t length_;
+};
+
+}  // namespace
+
+std::unique_ptr<PrefixSnapshot> SequenceKv::Snapshot() const {
+  std::vector<LayerKvCache> frozen;
+  for (const LayerKvCache& l : layers_) frozen.push_back(l.Frozen(length()));
+  return std::make_unique<CpuPrefix>(std::move(frozen), layer_begin_, length());
+}
+
+bool SequenceKv::Fits(const PrefixSnapshot& prefix, int layer_begin, size_t layers) {
+  const auto* p = dynamic_cast<const CpuPrefix*>(&prefix);
+  return p != nullptr && p->layer_begin() == layer_begin && p->layers().size() == layers;
+}
+
+std::unique_ptr<SequenceKv> SequenceKv::From(const PrefixSnapshot& prefix) {
+  const auto& p = static_cast<const CpuPrefix&>(prefix);
+  std::vector<LayerKvCache> layers;
+  for (const LayerKvCache& l : p.layers()) layers.push_back(l.Frozen(p.length()));
+  auto kv = std::make_unique<SequenceKv>(std::move(layers), p.layer_begin());
+  kv->Advance(p.length());
+  return kv;
 }
 
 size_t SequenceKv::bytes() const {

@@ -32,15 +32,23 @@ class LayerKvCache {
   int64_t row_width() const { return width_; }
   size_t bytes() const;
 
+  // This layer as of `length` positions: the whole pages below the cut shared (positions are written
+  // once, so they never change again), the last partly filled page and the ring copied (the sequence
+  // they came from goes on writing into them). Freezing a frozen layer is how a sequence starts from
+  // it: what it writes into is its own.
+  LayerKvCache Frozen(int64_t length) const;
+
  private:
   uint8_t* Row(int64_t pos, int which);
+  size_t block_bytes() const;
 
   bool ring_;
   int64_t window_;
   int64_t width_;
   size_t elem_;
-  // Ring: one block of [window][2][width]; paged: pages of [kv::kPageTokens][2][width].
-  std::vector<std::unique_ptr<uint8_t[]>> blocks_;
+  // Ring: one block of [window][2][width]; paged: pages of [kv::kPageTokens][2][width]. Shared: a
+  // snapshot and the sequences started from it hold the same whole pages.
+  std::vector<std::shared_ptr<uint8_t[]>> blocks_;
 };
 
 // The host-memory caches of one sequence for the layers [layer_begin, layer_end) a stage serves.
@@ -52,6 +60,12 @@ class SequenceKv final : public SequenceState {
   LayerKvCache& layer(int absolute_layer) { return layers_[absolute_layer - layer_begin_]; }
   size_t bytes() const override;
   size_t sliding_bytes() const override;
+  std::unique_ptr<PrefixSnapshot> Snapshot() const override;
+
+  // A sequence continuing from `prefix`, which must be a snapshot of this layer range's caches.
+  static std::unique_ptr<SequenceKv> From(const PrefixSnapshot& prefix);
+  // The snapshot's layer range, to check a prefix against the backend it is given to.
+  static bool Fits(const PrefixSnapshot& prefix, int layer_begin, size_t layers);
 
  private:
   std::vector<LayerKvCache> layers_;

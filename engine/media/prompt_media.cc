@@ -39,7 +39,7 @@ absl::StatusOr<PromptMedia> PromptMedia::Decode(absl::Span<const MediaFile> file
 
 std::vector<int64_t> PromptMedia::image_tokens() const {
   std::vector<int64_t> out;
-  for (const RgbImage& im : images_) out.push_back((im.height / block_) * (im.width / block_));
+  for (const RgbImage& im : images_) out.push_back(ImageSoftTokens(im, block_));
   return out;
 }
 
