@@ -45,6 +45,9 @@ absl::Status CheckSlice(const internal::v1::StepSlice& s, const StageShape& shap
     return absl::InvalidArgumentError(absl::StrCat("next_id ", s.next_id(), " is neither -1 nor in the vocabulary [0, ",
                                                    shape.vocab_size, ")"));
   }
+  if (s.prefix_from() != 0 && s.pos0() == 0) {
+    return absl::InvalidArgumentError("a sequence that starts from a prefix starts after it, not at pos0 0");
+  }
   return CheckSoftTokens(s, shape);
 }
 

@@ -16,7 +16,8 @@ namespace layerpipe {
 
 Stage::Stage(std::shared_ptr<const ModelWeights> weights, const StageOptions& options,
              std::unique_ptr<LayerBackend> backend)
-    : weights_(std::move(weights)), options_(options), executor_(std::move(backend)) {}
+    : weights_(std::move(weights)), options_(options), executor_(std::move(backend)),
+      prefixes_(options.prefix_cache_bytes) {}
 
 StageShape Stage::shape() const {
   const ModelConfig& c = weights_->config();
@@ -45,9 +46,32 @@ int64_t Stage::SequenceLength(uint64_t seq_id) const {
 }
 
 absl::Status Stage::PrepareSequences(const internal::v1::StepFrame& frame, std::vector<std::unique_ptr<Sequence>>* fresh,
-                                     std::vector<Sequence*>* seqs) const {
+                                     std::vector<Sequence*>* seqs) {
   for (const internal::v1::StepSlice& s : frame.slices()) {
     auto it = sequences_.find(s.seq_id());
+    if (it == sequences_.end() && s.prefix_from() != 0) {
+      const PrefixSnapshot* prefix = prefixes_.Get(s.prefix_from());
+      if (prefix == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat("stage ", options_.stage, " keeps no prefix ", s.prefix_from(),
+                                                          " for sequence ", s.seq_id()));
+      }
+      if (prefix->length() != s.pos0()) {
+        return absl::InvalidArgumentError(absl::StrCat("prefix ", s.prefix_from(), " holds ", prefix->length(),
+                                                       " tokens at stage ", options_.stage,
+                                                       ", but the slice starts at pos0 ", s.pos0()));
+      }
+      auto kv = executor_->NewSequenceFrom(*prefix);
+      if (!kv.ok()) return kv.status();
+      auto seq = std::make_unique<Sequence>();
+      seq->kv = *std::move(kv);
+      seqs->push_back(seq.get());
+      fresh->push_back(std::move(seq));
+      continue;
+    }
+    if (it != sequences_.end() && s.prefix_from() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id(), " is already held at stage ",
+                                                     options_.stage, "; only a new one starts from a prefix"));
+    }
     if (it == sequences_.end()) {
       if (s.pos0() != 0) {
         return absl::InvalidArgumentError(absl::StrCat("stage ", options_.stage, " holds no sequence ", s.seq_id(),
@@ -169,6 +193,9 @@ absl::Status Stage::Run(const internal::v1::StepFrame& frame, StageInput input, 
     if (f < static_cast<int>(fresh.size()) && fresh[f].get() == seqs[i]) {
       sequences_[frame.slices(i).seq_id()] = std::move(fresh[f++]);
     }
+  }
+  for (int i = 0; i < frame.slices_size(); ++i) {
+    if (frame.slices(i).save_prefix() != 0) prefixes_.Put(frame.slices(i).save_prefix(), seqs[i]->kv->Snapshot());
   }
 
   if (options_.last) {

@@ -18,6 +18,7 @@
 #include "engine/model/weights.h"
 #include "proto/internal.pb.h"
 #include "worker/frame_check.h"
+#include "worker/prefix_store.h"
 
 namespace layerpipe {
 
@@ -33,6 +34,7 @@ struct StageOptions {
   bool last = false;   // applies the head and samples
   Precision precision = Precision::kBf16;
   int64_t kv_budget_bytes = 0;
+  int64_t prefix_cache_bytes = 0;  // the prefix snapshots' own budget (0: the stage keeps none)
 };
 
 class Stage {
@@ -70,6 +72,7 @@ class Stage {
   int sequences() const { return static_cast<int>(sequences_.size()); }
   // Tokens the stage holds for a sequence; -1 when it holds none.
   int64_t SequenceLength(uint64_t seq_id) const;
+  const PrefixStore& prefixes() const { return prefixes_; }
 
  private:
   struct Sequence {
@@ -84,7 +87,7 @@ class Stage {
 
   // The per-slice sequence state to run, creating (but not yet keeping) new sequences.
   absl::Status PrepareSequences(const internal::v1::StepFrame& frame, std::vector<std::unique_ptr<Sequence>>* fresh,
-                                std::vector<Sequence*>* seqs) const;
+                                std::vector<Sequence*>* seqs);
   absl::Status CheckKvBudget(const internal::v1::StepFrame& frame, const std::vector<Sequence*>& seqs) const;
   // Logits, sampling and scores of the last stage.
   // Fills a SliceResult's sampled token, its log-probability and the top log-probabilities.
@@ -96,6 +99,7 @@ class Stage {
   StageOptions options_;
   std::shared_ptr<LayerBackend> executor_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
+  PrefixStore prefixes_;
   int64_t kv_bytes_used_ = 0;
   int64_t kv_sliding_bytes_used_ = 0;
   std::vector<float> logits_;

@@ -204,6 +204,18 @@ TEST(FrameCheck, SoftTokensAreCheckedAgainstTheirPlaceholders) {
   EXPECT_NE(CheckFrameContent(SoftTokenFrame(), text_only, &rows).message().find("takes no images"), std::string::npos);
 }
 
+TEST(FrameCheck, APrefixIsNeverAtPositionZero) {
+  const StageShape shape{96, 300, 4096, true};
+  internal::v1::StepFrame f = OneSlice({1, 2});
+  f.mutable_slices(0)->set_prefix_from(9);
+  int64_t rows;
+  const absl::Status st = CheckFrameContent(f, shape, &rows);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("starts after it"), absl::string_view::npos) << st;
+  f.mutable_slices(0)->set_pos0(40);
+  EXPECT_TRUE(CheckFrameContent(f, shape, &rows).ok());
+}
+
 TEST(FrameCheck, PositionsNearInt64MaxAreReportedWithoutOverflow) {
   // pos0 + ids_size - 1 overflowed int64 while formatting this error (UBSan; the input is
   // tests/fuzz/crashes/step_frame_fuzz/pos0_int64_max_overflows).
