@@ -759,8 +759,15 @@ def record_references(channel, gen, long, score_inputs):
     return scores
 
 
-def final_sweep(channel, ledger, limit):
-    """Every submitted job must end: (notes, failures)."""
+def retention_seconds(text):
+    """--job-retention as seconds ("120s", "5m", "1h"; an absl duration of one unit)."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    return float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float("inf")
+
+
+def final_sweep(channel, ledger, limit, retention=float("inf")):
+    """Every submitted job must end: (notes, failures). A job the coordinator no longer knows, submitted
+    longer ago than the retention, ended and expired (the coordinator removes only ended jobs)."""
     notes, failures = [], []
     deadline = now() + limit
     with ledger.lock:
@@ -774,6 +781,9 @@ def final_sweep(channel, ledger, limit):
                 info = Client.unary(channel, "GetJob", pb.GetJobRequest(job_id=job), pb.JobInfo)
             except grpc.RpcError as e:
                 last[job] = f"GetJob: {e.code().name}: {e.details()}"
+                if e.code() == grpc.StatusCode.NOT_FOUND and now() - jobs[job]["submitted"] > retention:
+                    pending.discard(job)
+                    states["EXPIRED (ended, then past --job-retention)"] += 1
                 continue
             last[job] = pb.JobState.Name(info.state)
             if info.state in TERMINAL:
@@ -946,7 +956,7 @@ def main():
         stop.set()
         for t in threads:
             t.join(120)
-        notes, sweep_failures = final_sweep(channel, ledger, RPC_TIMEOUT)
+        notes, sweep_failures = final_sweep(channel, ledger, RPC_TIMEOUT, retention_seconds(args.job_retention))
         failures += sweep_failures
         idle_note, idle_failure = wait_idle(channel, 60)
         if idle_note:
