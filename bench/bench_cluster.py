@@ -27,13 +27,13 @@ from proc_harness import Process  # noqa: E402
 
 
 class Cluster:
-    def __init__(self, bin_dir, model, workers, threads, prefill_chunk):
+    def __init__(self, bin_dir, model, workers, threads, prefill_chunk, worker_flags=()):
         self.procs = []
         try:
             addrs = []
             for i in range(workers):
                 addrs.append(self.start([f"{bin_dir}/layerpipe-worker", "--listen", "127.0.0.1:0", "--threads",
-                                         str(threads)], f"worker{i}").wait_listening(None))
+                                         str(threads), *worker_flags], f"worker{i}").wait_listening(None))
             c = self.start([f"{bin_dir}/layerpipe-coordinator", "--listen", "127.0.0.1:0", "--model", model,
                             "--workers", ",".join(addrs), f"--prefill-chunk={prefill_chunk}"], "coordinator")
             self.address = c.wait_listening(None)

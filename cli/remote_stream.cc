@@ -68,9 +68,10 @@ void PrintStreamOutcome(const StreamOutcome& outcome, bool print_ids) {
   }
   const v1::Timings& tm = outcome.timings;
   std::fprintf(stderr,
-               "[%d prompt tokens, %d generated, finish=%s, queue %.1f ms, first token %.1f ms, total %.1f ms, "
-               "decode %.2f tok/s]\n",
-               outcome.usage.prompt_tokens(), outcome.usage.completion_tokens(), outcome.finish_reason.c_str(),
+               "[%d prompt tokens (%d cached), %d generated, finish=%s, queue %.1f ms, first token %.1f ms, "
+               "total %.1f ms, decode %.2f tok/s]\n",
+               outcome.usage.prompt_tokens(), outcome.usage.cached_prompt_tokens(), outcome.usage.completion_tokens(),
+               outcome.finish_reason.c_str(),
                tm.queue_ms(), tm.time_to_first_token_ms(), tm.total_ms(), tm.decode_tokens_per_s());
 }
 

@@ -355,6 +355,7 @@ absl::Status ClientApi::Follow(const std::shared_ptr<Request>& r, int64_t offset
             msg.set_finish_reason(v.finish_reason);
             msg.mutable_usage()->set_prompt_tokens(prompt_tokens);
             msg.mutable_usage()->set_completion_tokens(static_cast<int>(n));
+            msg.mutable_usage()->set_cached_prompt_tokens(static_cast<int>(v.cached_tokens));
             FillTimings(*r, v, msg.mutable_timings());
           }
           msg.set_text(text);

@@ -50,6 +50,16 @@ CoordinatorMetrics::CoordinatorMetrics(const std::vector<std::string>& addresses
       generated_tokens_(registry_.GetCounter("layerpipe_generated_tokens_total", "Tokens sampled for clients.")),
       recoveries_(registry_.GetCounter("layerpipe_recoveries_total",
                                        "Pipeline faults handled by re-assigning every stage and replaying.")),
+      prefix_hits_(registry_.GetCounter("layerpipe_prefix_cache_lookups_total",
+                                        "Requests whose prompt the prefix cache could cut, by whether they "
+                                        "started from a kept prefix.",
+                                        {{"result", "hit"}})),
+      prefix_misses_(registry_.GetCounter("layerpipe_prefix_cache_lookups_total",
+                                          "Requests whose prompt the prefix cache could cut, by whether they "
+                                          "started from a kept prefix.",
+                                          {{"result", "miss"}})),
+      prefix_cached_tokens_(registry_.GetCounter("layerpipe_prefix_cache_cached_tokens_total",
+                                                 "Prompt tokens taken from kept prefixes instead of prefilled.")),
       ttft_(registry_.GetHistogram("layerpipe_time_to_first_token_seconds",
                                    "From a generate request's arrival to its first sampled token.", LatencyBuckets())),
       inter_token_(registry_.GetHistogram("layerpipe_inter_token_latency_seconds",
@@ -115,6 +125,19 @@ void CoordinatorMetrics::ReadLevelsWith(std::function<Levels()> read) {
                         MetricType::kGauge, {}, [read] { return static_cast<double>(read().steps_in_flight); });
   registry_.AddCallback("layerpipe_ready", "1 while every stage is assigned and requests are served.",
                         MetricType::kGauge, {}, [read] { return read().ready ? 1.0 : 0.0; });
+  registry_.AddCallback("layerpipe_prefix_cache_entries", "Prompt prefixes the stages keep (or are making).",
+                        MetricType::kGauge, {}, [read] { return static_cast<double>(read().prefix_entries); });
+  registry_.AddCallback("layerpipe_prefix_cache_evictions_total",
+                        "Kept prefixes evicted (least recently used first) for room.", MetricType::kCounter, {},
+                        [read] { return static_cast<double>(read().prefix_evictions); });
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    registry_.AddCallback("layerpipe_prefix_cache_bytes",
+                          "KV bytes the stage's kept prefixes take, as the coordinator counts them.",
+                          MetricType::kGauge, {{"stage", std::to_string(s)}}, [read, s] {
+                            const Levels l = read();
+                            return s < l.prefix_bytes.size() ? static_cast<double>(l.prefix_bytes[s]) : 0.0;
+                          });
+  }
 }
 
 Counter& CoordinatorMetrics::Requests(RequestKind kind, absl::StatusCode code) {
@@ -160,13 +183,23 @@ void CoordinatorMetrics::OnRefused(absl::string_view reason) {
   refused_[i]->Increment();
 }
 
+void CoordinatorMetrics::OnPrefixLookup(int64_t cached_tokens) {
+  if (cached_tokens > 0) {
+    prefix_hits_.Increment();
+    prefix_cached_tokens_.Increment(static_cast<double>(cached_tokens));
+  } else {
+    prefix_misses_.Increment();
+  }
+}
+
 void CoordinatorMetrics::OnStageStatus(size_t stage, const internal::v1::WorkerStatus* status) {
   if (stage >= stages_.size()) return;
   StageMetrics& m = stages_[stage];
   m.up->Set(status != nullptr ? 1 : 0);
   if (status == nullptr) return;
   m.kv_used->Set(static_cast<double>(status->kv_bytes_used()));
-  m.kv_free->Set(static_cast<double>(status->kv_capacity_bytes() - status->kv_bytes_used()));
+  m.kv_free->Set(
+      static_cast<double>(status->kv_capacity_bytes() - status->kv_bytes_used() - status->prefix_bytes()));
   m.sequences->Set(status->sequences());
   m.compute_seconds->Set(status->compute_ms_total() / 1000.0);
   m.transfer_seconds->Set(status->transfer_ms_total() / 1000.0);

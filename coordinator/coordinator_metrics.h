@@ -51,6 +51,10 @@ class CoordinatorMetrics {
     int64_t running = 0;  // admitted, not finished
     int64_t steps_in_flight = 0;
     bool ready = false;
+    // The prefix cache (scheduling/prefix_cache.h): bytes kept per stage, prefixes kept, evictions.
+    std::vector<int64_t> prefix_bytes;
+    int64_t prefix_entries = 0;
+    int64_t prefix_evictions = 0;
   };
 
   // One entry per stage, in pipeline order.
@@ -71,6 +75,9 @@ class CoordinatorMetrics {
   // After r's finish_reason, error and finished are set.
   void OnFinished(const Request& r);
   void OnRecovery();
+  // A request's first slice went down the pipe: from a kept prefix of `cached_tokens` positions, or
+  // (0) from the start although its prompt has cuts the prefix cache could have used.
+  void OnPrefixLookup(int64_t cached_tokens);
   // A request an API front end refused before it reached the pipeline (authentication, parsing,
   // length checks, the client gate); Pipeline::Submit's own refusals count in OnSubmit instead.
   // `reason` is one of kRefusalReasons (see RefusalReason); anything else counts as "other".
@@ -96,6 +103,9 @@ class CoordinatorMetrics {
   Counter& prompt_tokens_;
   Counter& generated_tokens_;
   Counter& recoveries_;
+  Counter& prefix_hits_;
+  Counter& prefix_misses_;
+  Counter& prefix_cached_tokens_;
   Counter* refused_[std::size(kRefusalReasons)];  // by index in kRefusalReasons
   Histogram& ttft_;
   Histogram& inter_token_;

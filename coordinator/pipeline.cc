@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "coordinator/scheduling/prefix_keys.h"
 #include "coordinator/scheduling/step_frame.h"
 
 namespace layerpipe {
@@ -51,8 +52,13 @@ Pipeline::Pipeline(const ModelConfig& config, PipelineOptions options)
       metrics_(opt_.workers, opt_.ranges) {
   metrics_.ReadLevelsWith([this] {
     std::lock_guard<std::mutex> lock(mu_);
-    return CoordinatorMetrics::Levels{static_cast<int64_t>(admission_.queued()), static_cast<int64_t>(running_.size()),
-                                      static_cast<int64_t>(in_flight_.size()), ready_.load()};
+    CoordinatorMetrics::Levels l{static_cast<int64_t>(admission_.queued()), static_cast<int64_t>(running_.size()),
+                                 static_cast<int64_t>(in_flight_.size()), ready_.load()};
+    const PrefixCache& cache = admission_.cache();
+    for (size_t s = 0; s < admission_.stages(); ++s) l.prefix_bytes.push_back(cache.bytes(s));
+    l.prefix_entries = static_cast<int64_t>(cache.entries());
+    l.prefix_evictions = cache.evictions();
+    return l;
   });
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(512 << 20);
@@ -114,6 +120,8 @@ void Pipeline::FinishAll(const std::string& reason, const absl::Status& error) {
 
 absl::Status Pipeline::Submit(std::shared_ptr<Request> r) {
   const RequestKind kind = r->kind;
+  // Outside the lock: it hashes the whole prompt and its attachments.
+  r->prefix_cuts = PrefixCuts(r->prompt, r->soft, config_.audio.samples_per_token);
   const auto prompt_tokens = static_cast<int64_t>(r->prompt.size());
   absl::Status st = Enqueue(std::move(r));
   metrics_.OnSubmit(kind, prompt_tokens, st);
@@ -205,11 +213,23 @@ void Pipeline::OnStepDone(const internal::v1::StepResult& result) {
 }
 
 bool Pipeline::NextStep(internal::v1::StepFrame* frame, InFlightStep* step) {
-  std::optional<StepPlan> plan = scheduler_.Plan(running_, in_flight_.size(), !pending_release_.empty());
+  PrefixCache& cache = admission_.cache();
+  std::optional<StepPlan> plan =
+      scheduler_.Plan(running_, in_flight_.size(), !pending_release_.empty() || cache.drops_pending());
   if (!plan) return false;
-  *frame = BuildStepFrame(*plan, epoch_, next_step_++, pending_release_, config_.audio.samples_per_token);
+  *frame = BuildStepFrame(*plan, epoch_, next_step_++, pending_release_, config_.audio.samples_per_token,
+                          cache.TakeDrops());
   frame->set_epoch_secret(epoch_secret_);
   pending_release_.clear();
+  for (const PlannedSlice& s : plan->slices) {
+    Request& r = *s.request;
+    if (s.pos0 == r.start() && s.pos0 < static_cast<int64_t>(r.prompt.size())) {
+      r.cached_tokens = r.start();
+      if (!r.prefix_cuts.empty() && cache.enabled()) metrics_.OnPrefixLookup(r.cached_tokens);
+      r.events.Publish([&](RequestView& v) { v.cached_tokens = r.cached_tokens; });
+    }
+    cache.OnSent(r, s.pos0 + s.count);
+  }
   Scheduler::MarkSent(*plan);
   step->step_id = frame->step_id();
   step->sent = Clock::now();
@@ -380,7 +400,9 @@ v1::ClusterStatusResponse Pipeline::Status() {
     if (stages_[s].stub->Status(&ctx, req, &resp).ok()) {
       ss->set_health(resp.assigned() ? "serving" : "loading");
       ss->set_kv_bytes_used(resp.kv_bytes_used());
-      ss->set_kv_bytes_free(resp.kv_capacity_bytes() - resp.kv_bytes_used());
+      ss->set_kv_bytes_free(resp.kv_capacity_bytes() - resp.kv_bytes_used() - resp.prefix_bytes());
+      ss->set_prefix_cache_bytes(resp.prefix_bytes());
+      ss->set_prefix_cache_entries(resp.prefixes());
       ss->set_sequences(resp.sequences());
       ss->set_compute_ms_total(resp.compute_ms_total());
     } else {

@@ -43,6 +43,7 @@ absl::Status Pipeline::AssignAll(uint64_t epoch, const std::string& secret, absl
     }
     std::lock_guard<std::mutex> lock(mu_);
     admission_.SetCapacity(s, resp.kv_capacity_bytes());
+    admission_.cache().SetBudget(s, resp.prefix_cache_bytes());
     admission_.SetDraining(s, false);
   }
   return absl::OkStatus();
@@ -60,11 +61,13 @@ void Pipeline::Recover(std::unique_lock<std::mutex>& lock, const std::string& wh
     in_flight_.clear();
     results_.clear();
     pending_release_.clear();  // a new epoch drops every sequence on every worker
+    // ... and every kept prefix: the ones running requests use are made again, the rest forgotten.
+    admission_.cache().OnNewEpoch(running_);
     for (auto& r : running_) {
       PrepareReplay(*r);
-      r->events.Publish([](RequestView& v) {
+      r->events.Publish([&](RequestView& v) {
         v.state = RequestState::kPrefilling;
-        v.prefilled = 0;
+        v.prefilled = r->start();
       });
     }
     const uint64_t epoch = epoch_;

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "coordinator/request_events.h"
+#include "coordinator/scheduling/prefix_keys.h"
 #include "engine/media/prompt_media.h"
 #include "engine/model/soft_tokens.h"
 #include "engine/sampling/sampler.h"
@@ -22,6 +23,8 @@
 #include "proto/layerpipe.pb.h"
 
 namespace layerpipe {
+
+struct PrefixEntry;  // scheduling/prefix_cache.h
 
 enum class RequestKind { kGenerate, kScore };
 
@@ -38,6 +41,7 @@ struct Request {
   // says which prompt rows they fill (and points into `media`).
   std::shared_ptr<const PromptMedia> media;
   std::vector<SoftSpan> soft;
+  std::vector<PrefixCut> prefix_cuts;  // where the prefix cache may cut the prompt (Pipeline::Submit)
   SamplingParams sampling;
   v1::SamplingParams sampling_proto;
   int top_logprobs = 0;
@@ -57,13 +61,21 @@ struct Request {
   absl::Status error;
   std::vector<float> score_logprobs;  // for kScore: log p(ids[i+1] | ...), in order
   std::vector<float> logits;          // for kScore with return_logits
-  std::vector<int64_t> kv_reserved;   // bytes per stage, while admitted
+  std::vector<int64_t> kv_need;       // bytes per stage of the whole sequence, alone
+  std::vector<int64_t> kv_reserved;   // bytes per stage it holds alone, while admitted (PrefixCache::OwnBytes)
+  // While admitted: the kept prefix it starts from (null: position 0), and those it keeps on the way,
+  // by increasing length (scheduling/prefix_cache.h).
+  std::shared_ptr<PrefixEntry> prefix_from;
+  std::vector<std::shared_ptr<PrefixEntry>> prefix_saves;
+  int64_t cached_tokens = 0;          // prompt positions its latest start took from a kept prefix
   int bypassed = 0;                   // later requests admitted while this one waited (KvAdmission)
   std::optional<Clock::time_point> admitted, first_token, last_token, finished;
 
   RequestEvents events;  // what clients see
 
   bool done() const { return state == RequestState::kDone; }
+  // The first position it feeds: the length of the prefix it starts from.
+  int64_t start() const;
   // Positions the whole sequence can reach: what its KV is sized for.
   int64_t SequenceTokens() const {
     return static_cast<int64_t>(prompt.size()) + (kind == RequestKind::kGenerate ? max_new_tokens : 0);

@@ -27,6 +27,7 @@ struct RequestView {
 
   RequestState state = RequestState::kQueued;
   int64_t prefilled = 0;              // prompt positions the pipeline's KV holds
+  int64_t cached_tokens = 0;          // of them, taken from a kept prefix (the prefix cache)
   std::vector<v1::TokenInfo> tokens;  // one per generated id
   std::vector<std::string> pieces;    // text released with each generated id (same length as tokens)
   std::string final_text;             // text released when the request ended (held-back bytes)

@@ -103,6 +103,13 @@ absl::StatusOr<std::shared_ptr<Assignment>> BuildAssignment(const internal::v1::
   } else {
     backend = std::make_unique<CpuBackend>(*a->weights, precision, *ctx.pool);
   }
+  // Only a backend that snapshots its caches keeps prefixes; the coordinator sends none to a stage that
+  // reports a budget of 0.
+  if (backend->keeps_prefixes()) {
+    so.prefix_cache_bytes = options.prefix_cache_share >= 0
+                                ? static_cast<int64_t>(options.prefix_cache_share * static_cast<double>(so.kv_budget_bytes))
+                                : std::min(options.prefix_cache_bytes, so.kv_budget_bytes);
+  }
   a->stage = std::make_unique<Stage>(a->weights, so, std::move(backend));
   if (!request.first() && a->stage->backend()->device_handoff()) {
     a->inbox = std::make_unique<PeerLinkInbox>(a->stage->backend(), a->stage->shape().hidden_size, ctx.failed_links);

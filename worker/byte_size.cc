@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 
 namespace layerpipe {
 
@@ -43,6 +44,24 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
     return absl::InvalidArgumentError(absl::StrCat("size \"", text, "\" is too large"));
   }
   return static_cast<int64_t>(value << shift);
+}
+
+absl::StatusOr<SizeOrShare> ParseSizeOrShare(const std::string& text) {
+  absl::string_view s = absl::StripAsciiWhitespace(text);
+  SizeOrShare out;
+  if (absl::ConsumeSuffix(&s, "%")) {
+    double percent = 0;
+    if (!absl::SimpleAtod(s, &percent) || !(percent >= 0 && percent <= 100)) {
+      return absl::InvalidArgumentError(absl::StrCat("invalid share \"", text, "\": expected 0% to 100%"));
+    }
+    out.share = percent / 100;
+    return out;
+  }
+  if (s == "0") return out;
+  auto bytes = ParseByteSize(std::string(s));
+  if (!bytes.ok()) return bytes.status();
+  out.bytes = *bytes;
+  return out;
 }
 
 int64_t DefaultKvBudgetBytes() {

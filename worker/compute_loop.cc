@@ -41,6 +41,9 @@ void WorkerService::RecordStep(const Assignment& a, std::chrono::steady_clock::t
   compute_ms_total_ += ms;
   ++steps_;
   kv_bytes_used_ = a.stage->kv_bytes_used();
+  prefix_bytes_ = a.stage->prefix_bytes();
+  prefixes_ = static_cast<int>(a.stage->prefixes().size());
+  prefix_evictions_ = a.stage->prefixes().evictions();
   kv_sliding_bytes_used_ = a.stage->kv_sliding_bytes_used();
   sequences_ = a.stage->sequences();
   metrics_.OnStep(ms / 1000.0);
@@ -56,6 +59,10 @@ void WorkerService::RunStep(Assignment& a, QueuedStep step) {
   std::shared_ptr<const DeviceRows> device_rows;  // the output, when the next hop takes device rows
   absl::Status st = step.refusal;
   const bool refused = !st.ok();
+  // Before the step runs, so that its budget check sees the room the coordinator counted on: the
+  // coordinator admits into what finished sequences and evicted prefixes leave.
+  stage.Release(frame.release());
+  stage.DropPrefixes(frame.drop_prefix());
   if (!refused) {
     // A step must never take the worker down: an allocation that fails ends this step only.
     try {
@@ -68,7 +75,6 @@ void WorkerService::RunStep(Assignment& a, QueuedStep step) {
       st = absl::InternalError(absl::StrCat("the step failed: ", e.what()));
     }
   }
-  stage.Release(frame.release());
   // Counted before anything is sent: whoever sees this step's result also sees it in Status.
   RecordStep(a, start);
 
@@ -91,6 +97,7 @@ void WorkerService::RunStep(Assignment& a, QueuedStep step) {
       forward.set_epoch(frame.epoch());
       forward.set_step_id(frame.step_id());
       *forward.mutable_release() = frame.release();
+      *forward.mutable_drop_prefix() = frame.drop_prefix();
       forward.set_hidden_dtype(stage.wire_dtype());
       device_rows.reset();
     }

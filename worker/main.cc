@@ -25,6 +25,8 @@ ABSL_FLAG(std::string, device, "cpu", "where the assigned layers run: cpu, cuda 
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(60),
           "on SIGTERM, how long held sequences may take to finish before the worker exits");
 ABSL_FLAG(std::string, kv_budget, "", "KV cache budget, e.g. 8G or 512M (default: half the physical memory)");
+ABSL_FLAG(std::string, prefix_cache_budget, "50%",
+          "what the prefix cache may keep of the KV budget: a share (50%) or bytes (2G); 0 turns it off");
 ABSL_FLAG(std::string, metrics_listen, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free port)");
 // Mutual TLS (docs/security.md): all three or none.
@@ -73,6 +75,13 @@ int main(int argc, char** argv) {
     }
     options.kv_budget_bytes = *bytes;
   }
+  auto prefix_budget = layerpipe::ParseSizeOrShare(absl::GetFlag(FLAGS_prefix_cache_budget));
+  if (!prefix_budget.ok()) {
+    LP_LOG(ERROR) << "--prefix-cache-budget: " << prefix_budget.status().message();
+    return 2;
+  }
+  options.prefix_cache_share = prefix_budget->share;
+  options.prefix_cache_bytes = prefix_budget->bytes;
   const layerpipe::TlsFiles tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
                                 absl::GetFlag(FLAGS_tls_ca)};
   if (!tls.cert.empty() || !tls.key.empty() || !tls.ca.empty()) {

@@ -9,6 +9,7 @@
 #include <list>
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "engine/backend/sequence_state.h"
 
@@ -16,14 +17,22 @@ namespace layerpipe {
 
 class PrefixStore {
  public:
+  struct Kept {
+    std::unique_ptr<PrefixSnapshot> snapshot;
+    // The last stage only: the ids the prefix fed (the repetition penalty counts them).
+    std::vector<int32_t> history;
+  };
+
   // budget_bytes 0: the cache is off (Put keeps nothing).
   explicit PrefixStore(int64_t budget_bytes) : budget_(budget_bytes) {}
 
   // Keeps `snapshot` under `key` (replacing one kept there), evicting the least recently used until it
   // fits. False, keeping nothing, when it alone is over the budget.
-  bool Put(uint64_t key, std::unique_ptr<PrefixSnapshot> snapshot);
-  // The snapshot under `key`, now the most recently used; null when none is kept.
-  const PrefixSnapshot* Get(uint64_t key);
+  bool Put(uint64_t key, std::unique_ptr<PrefixSnapshot> snapshot, std::vector<int32_t> history = {});
+  // What is kept under `key`, now the most recently used; null when nothing is.
+  const Kept* Get(uint64_t key);
+  // Forgets `key` (the coordinator evicted it); false when nothing was kept there.
+  bool Drop(uint64_t key);
   // Forgets everything (a new epoch: the coordinator's keys of the old one mean nothing now).
   void Clear();
 
@@ -35,7 +44,7 @@ class PrefixStore {
  private:
   struct Entry {
     uint64_t key;
-    std::unique_ptr<PrefixSnapshot> snapshot;
+    Kept kept;
     int64_t bytes;
   };
   void Erase(std::list<Entry>::iterator it);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "transport/hidden_codec.h"
 #include "engine/model/kv_bytes.h"
 #include "engine/backend/head_ops.h"
@@ -50,20 +51,24 @@ absl::Status Stage::PrepareSequences(const internal::v1::StepFrame& frame, std::
   for (const internal::v1::StepSlice& s : frame.slices()) {
     auto it = sequences_.find(s.seq_id());
     if (it == sequences_.end() && s.prefix_from() != 0) {
-      const PrefixSnapshot* prefix = prefixes_.Get(s.prefix_from());
+      const PrefixStore::Kept* prefix = prefixes_.Get(s.prefix_from());
       if (prefix == nullptr) {
         return absl::FailedPreconditionError(absl::StrCat("stage ", options_.stage, " keeps no prefix ", s.prefix_from(),
                                                           " for sequence ", s.seq_id()));
       }
-      if (prefix->length() != s.pos0()) {
-        return absl::InvalidArgumentError(absl::StrCat("prefix ", s.prefix_from(), " holds ", prefix->length(),
+      if (prefix->snapshot->length() != s.pos0()) {
+        return absl::InvalidArgumentError(absl::StrCat("prefix ", s.prefix_from(), " holds ", prefix->snapshot->length(),
                                                        " tokens at stage ", options_.stage,
                                                        ", but the slice starts at pos0 ", s.pos0()));
       }
-      auto kv = executor_->NewSequenceFrom(*prefix);
+      auto kv = executor_->NewSequenceFrom(*prefix->snapshot);
       if (!kv.ok()) return kv.status();
       auto seq = std::make_unique<Sequence>();
       seq->kv = *std::move(kv);
+      seq->history = prefix->history;
+      // Counted as the sequence's own once the step ran (the pages it shares stay the prefix's).
+      seq->shared_bytes = SharedBytes(s.pos0());
+      seq->kv_bytes = seq->shared_bytes;
       seqs->push_back(seq.get());
       fresh->push_back(std::move(seq));
       continue;
@@ -93,22 +98,52 @@ absl::Status Stage::PrepareSequences(const internal::v1::StepFrame& frame, std::
   return absl::OkStatus();
 }
 
+int64_t Stage::SharedBytes(int64_t cut) const {
+  return KvSharedBytesAtCut(weights_->config(), executor_->layer_begin(), executor_->layer_end(), options_.precision, cut);
+}
+
 absl::Status Stage::CheckKvBudget(const internal::v1::StepFrame& frame, const std::vector<Sequence*>& seqs) const {
   const ModelConfig& c = weights_->config();
-  int64_t after = kv_bytes_used_;
+  // The sequences' own bytes and the kept prefixes', each page counted once (Sequence::shared_bytes).
+  int64_t after = kv_bytes_used_ + prefixes_.bytes();
   for (int i = 0; i < frame.slices_size(); ++i) {
     const internal::v1::StepSlice& s = frame.slices(i);
-    after += KvBytesAtLength(c, executor_->layer_begin(), executor_->layer_end(), options_.precision,
-                             s.pos0() + s.ids_size()) -
-             seqs[i]->kv_bytes;
+    const int64_t end = s.pos0() + s.ids_size();
+    const int64_t bytes = KvBytesAtLength(c, executor_->layer_begin(), executor_->layer_end(), options_.precision, end);
+    const int64_t shared = s.save_prefix() != 0 ? SharedBytes(end) : seqs[i]->shared_bytes;
+    after += (bytes - shared) - (seqs[i]->kv_bytes - seqs[i]->shared_bytes);
+    if (s.save_prefix() != 0) after += bytes;  // the snapshot's copies and the pages it now shares
   }
   if (after > options_.kv_budget_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("stage ", options_.stage, ": the step needs ", after,
                                                      " bytes of KV cache, over the budget of ",
                                                      options_.kv_budget_bytes, " bytes (", kv_bytes_used_,
-                                                     " in use)"));
+                                                     " in use by sequences, ", prefixes_.bytes(),
+                                                     " by kept prefixes)"));
   }
   return absl::OkStatus();
+}
+
+void Stage::KeepPrefixes(const internal::v1::StepFrame& frame, const std::vector<Sequence*>& seqs) {
+  for (int i = 0; i < frame.slices_size(); ++i) {
+    const uint64_t key = frame.slices(i).save_prefix();
+    if (key == 0) continue;
+    Sequence& seq = *seqs[i];
+    const int64_t cut = seq.kv->length();
+    const int64_t evictions = prefixes_.evictions();
+    if (!prefixes_.Put(key, seq.kv->Snapshot(), seq.history)) {
+      LP_LOG(WARNING) << "stage " << options_.stage << " could not keep prefix " << key << " (" << cut
+                      << " tokens): over its prefix budget of " << prefixes_.budget() << " bytes";
+      continue;
+    }
+    if (prefixes_.evictions() != evictions) {
+      LP_LOG(WARNING) << "stage " << options_.stage << " evicted kept prefixes of its own to keep prefix " << key
+                      << ": the coordinator's count of its prefix budget disagrees";
+    }
+    const int64_t shared = SharedBytes(cut);
+    kv_bytes_used_ -= shared - seq.shared_bytes;
+    seq.shared_bytes = shared;
+  }
 }
 
 absl::Status Stage::Run(const internal::v1::StepFrame& frame, StageInput input, internal::v1::StepFrame* forward,
@@ -183,7 +218,7 @@ absl::Status Stage::Run(const internal::v1::StepFrame& frame, StageInput input, 
   for (int i = 0; i < frame.slices_size(); ++i) {
     Sequence* seq = seqs[i];
     const int64_t bytes = static_cast<int64_t>(seq->kv->bytes());
-    kv_bytes_used_ += bytes - seq->kv_bytes;
+    kv_bytes_used_ += bytes - seq->kv_bytes;  // shared_bytes is unchanged here
     seq->kv_bytes = bytes;
     const int64_t sliding = static_cast<int64_t>(seq->kv->sliding_bytes());
     kv_sliding_bytes_used_ += sliding - seq->kv_sliding_bytes;
@@ -194,19 +229,19 @@ absl::Status Stage::Run(const internal::v1::StepFrame& frame, StageInput input, 
       sequences_[frame.slices(i).seq_id()] = std::move(fresh[f++]);
     }
   }
-  for (int i = 0; i < frame.slices_size(); ++i) {
-    if (frame.slices(i).save_prefix() != 0) prefixes_.Put(frame.slices(i).save_prefix(), seqs[i]->kv->Snapshot());
-  }
-
   if (options_.last) {
-    return RunHead(frame, seqs, hidden.data(), result);
+    absl::Status head = RunHead(frame, seqs, hidden.data(), result);
+    if (head.ok()) KeepPrefixes(frame, seqs);
+    return head;
   }
+  KeepPrefixes(frame, seqs);
   forward->set_epoch(frame.epoch());
   forward->set_step_id(frame.step_id());
   *forward->mutable_slices() = frame.slices();
   // The pixels and samples were embedded here; later stages need only the image blocks.
   for (internal::v1::StepSlice& s : *forward->mutable_slices()) s.clear_soft_inputs();
   *forward->mutable_release() = frame.release();
+  *forward->mutable_drop_prefix() = frame.drop_prefix();
   forward->set_hidden_dtype(wire_dtype());
   if (on_device != nullptr) {
     *device_out = std::move(on_device);  // the next hop sends them (NextHop::SendRows)
@@ -302,11 +337,15 @@ void Stage::SetSampled(const SampledToken& t, internal::v1::SliceResult* res) {
   }
 }
 
+void Stage::DropPrefixes(const google::protobuf::RepeatedField<uint64_t>& keys) {
+  for (uint64_t key : keys) prefixes_.Drop(key);
+}
+
 void Stage::Release(const google::protobuf::RepeatedField<uint64_t>& seq_ids) {
   for (uint64_t id : seq_ids) {
     auto it = sequences_.find(id);
     if (it == sequences_.end()) continue;
-    kv_bytes_used_ -= it->second->kv_bytes;
+    kv_bytes_used_ -= it->second->kv_bytes - it->second->shared_bytes;
     kv_sliding_bytes_used_ -= it->second->kv_sliding_bytes;
     sequences_.erase(it);
   }

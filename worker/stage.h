@@ -63,10 +63,14 @@ class Stage {
   // Shared with a device-link hop, which may still be sending when the stage is replaced.
   const std::shared_ptr<LayerBackend>& backend() { return executor_; }
 
+  // Forgets the listed kept prefixes (the coordinator evicted them); keys it does not keep are ignored.
+  void DropPrefixes(const google::protobuf::RepeatedField<uint64_t>& keys);
   // Frees the listed sequences; ids the stage does not hold are ignored.
   void Release(const google::protobuf::RepeatedField<uint64_t>& seq_ids);
 
+  // Bytes the sequences hold alone: pages they share with a kept prefix count in prefix_bytes() once.
   int64_t kv_bytes_used() const { return kv_bytes_used_; }
+  int64_t prefix_bytes() const { return prefixes_.bytes(); }
   // The part of kv_bytes_used() in sliding-window rings; the rest is full-attention pages.
   int64_t kv_sliding_bytes_used() const { return kv_sliding_bytes_used_; }
   int sequences() const { return static_cast<int>(sequences_.size()); }
@@ -79,6 +83,8 @@ class Stage {
     std::unique_ptr<SequenceState> kv;
     int64_t kv_bytes = 0;
     int64_t kv_sliding_bytes = 0;  // of kv_bytes
+    // Of kv_bytes, the pages a kept prefix counts (the one it started from, or the longest it kept).
+    int64_t shared_bytes = 0;
     // Last stage only: every id the sequence has fed (prompt and generated tokens come back as
     // slice ids), for the repetition penalty; and its sampler, made on first use.
     std::vector<int32_t> history;
@@ -89,6 +95,10 @@ class Stage {
   absl::Status PrepareSequences(const internal::v1::StepFrame& frame, std::vector<std::unique_ptr<Sequence>>* fresh,
                                 std::vector<Sequence*>* seqs);
   absl::Status CheckKvBudget(const internal::v1::StepFrame& frame, const std::vector<Sequence*>& seqs) const;
+  // KvSharedBytesAtCut on this stage's layers.
+  int64_t SharedBytes(int64_t cut) const;
+  // The slices' save_prefix, once they ran (the last stage after its head, so the history holds them).
+  void KeepPrefixes(const internal::v1::StepFrame& frame, const std::vector<Sequence*>& seqs);
   // Logits, sampling and scores of the last stage.
   // Fills a SliceResult's sampled token, its log-probability and the top log-probabilities.
   static void SetSampled(const SampledToken& token, internal::v1::SliceResult* res);

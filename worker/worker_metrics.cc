@@ -35,8 +35,19 @@ WorkerMetrics::WorkerMetrics(std::function<Levels()> read)
         MetricType::kGauge, {{"kind", "full"}}, [](const Levels& l) { return static_cast<double>(l.kv_full_bytes); });
   level("layerpipe_worker_kv_bytes_free", "KV budget not in use (sliding and full share one budget).",
         MetricType::kGauge, {}, [](const Levels& l) {
-          return static_cast<double>(l.kv_capacity_bytes - l.kv_sliding_bytes - l.kv_full_bytes);
+          return static_cast<double>(l.kv_capacity_bytes - l.kv_sliding_bytes - l.kv_full_bytes - l.prefix_bytes);
         });
+  level("layerpipe_worker_prefix_cache_bytes",
+        "KV bytes of kept prefixes (the prefix cache), each page counted once: not in kv_bytes_used.",
+        MetricType::kGauge, {}, [](const Levels& l) { return static_cast<double>(l.prefix_bytes); });
+  level("layerpipe_worker_prefix_cache_budget_bytes", "Of the KV budget, what kept prefixes may take.",
+        MetricType::kGauge, {}, [](const Levels& l) { return static_cast<double>(l.prefix_budget_bytes); });
+  level("layerpipe_worker_prefix_cache_entries", "Prefixes this stage keeps.", MetricType::kGauge, {},
+        [](const Levels& l) { return static_cast<double>(l.prefixes); });
+  level("layerpipe_worker_prefix_cache_self_evictions_total",
+        "Kept prefixes the stage evicted itself to stay in its budget (the coordinator evicts them first; "
+        "nonzero means the two counts disagree).",
+        MetricType::kCounter, {}, [](const Levels& l) { return static_cast<double>(l.prefix_evictions); });
   level("layerpipe_worker_kv_bytes_capacity", "KV budget of the current assignment.", MetricType::kGauge, {},
         [](const Levels& l) { return static_cast<double>(l.kv_capacity_bytes); });
   level("layerpipe_worker_sequences", "Sequences whose KV this stage holds.", MetricType::kGauge, {},

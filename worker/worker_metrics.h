@@ -20,6 +20,10 @@ class WorkerMetrics {
     int64_t kv_sliding_bytes = 0;
     int64_t kv_full_bytes = 0;
     int64_t kv_capacity_bytes = 0;
+    int64_t prefix_budget_bytes = 0;  // of kv_capacity_bytes
+    int64_t prefix_bytes = 0;         // kept prefixes (not in kv_*_bytes)
+    int prefixes = 0;
+    int64_t prefix_evictions = 0;     // by the stage itself (the coordinator's drops are not counted)
     int sequences = 0;
     int64_t queued_steps = 0;    // accepted frames waiting for the compute thread
     int64_t pending_sends = 0;   // frames and results the outbox has not sent yet

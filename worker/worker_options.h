@@ -19,12 +19,20 @@ namespace layerpipe {
 // model is 120 MiB, a result with kMaxReturnedLogits logits 256 MiB.
 inline constexpr int kMaxMessageBytes = 512 << 20;
 
+// The prefix cache's default share of a worker's KV budget. The coordinator evicts kept prefixes for
+// any request that needs their room, so a large share costs running requests nothing.
+inline constexpr double kDefaultPrefixCacheShare = 0.5;
+
 struct WorkerOptions {
   std::string listen_address = "127.0.0.1:0";
   // Used when an AssignRequest leaves model_dir empty.
   std::string default_model_dir;
   int threads = 0;              // compute threads; 0: LAYERPIPE_THREADS or all cores
   int64_t kv_budget_bytes = 0;  // 0: half the physical memory
+  // What kept prefixes (the prefix cache) may take of the KV budget: bytes, or with
+  // prefix_cache_share >= 0 that share of it. 0 bytes: off.
+  int64_t prefix_cache_bytes = 0;
+  double prefix_cache_share = kDefaultPrefixCacheShare;
   OutboxOptions outbox;
   // Runs the assigned layers; empty: the CPU executor on the worker's thread pool.
   BackendMaker make_backend;

@@ -99,6 +99,9 @@ absl::Status WorkerService::DoAssign(const internal::v1::AssignRequest& in, inte
     sequencer_.Reset();
     kv_bytes_used_ = 0;
     kv_sliding_bytes_used_ = 0;
+    prefix_bytes_ = 0;
+    prefixes_ = 0;
+    prefix_evictions_ = 0;
     sequences_ = 0;
     if (!idle_since_) idle_since_ = std::chrono::steady_clock::now();  // the compute thread is idle now
     outbox_.SetEpoch(a->epoch);
@@ -106,6 +109,7 @@ absl::Status WorkerService::DoAssign(const internal::v1::AssignRequest& in, inte
     cv_.notify_all();
   }
   response->set_kv_capacity_bytes(a->stage->options().kv_budget_bytes);
+  response->set_prefix_cache_bytes(a->stage->options().prefix_cache_bytes);
   response->set_weight_bytes(WeightBytes(*a->weights));
   return absl::OkStatus();
 }
@@ -129,6 +133,9 @@ grpc::Status WorkerService::Status(grpc::ServerContext*, const internal::v1::Wor
     response->set_kv_capacity_bytes(worker_kv_budget_);
   }
   response->set_kv_bytes_used(kv_bytes_used_);
+  response->set_prefix_bytes(prefix_bytes_);
+  response->set_prefixes(prefixes_);
+  response->set_prefix_evictions(prefix_evictions_);
   response->set_sequences(sequences_);
   response->set_draining(draining_);
   response->set_compute_ms_total(compute_ms_total_);
@@ -246,6 +253,7 @@ absl::Status WorkerService::AcceptStep(const internal::v1::StepFrame& frame) {
   step.frame.set_step_id(id);
   *step.frame.mutable_slices() = frame.slices();
   *step.frame.mutable_release() = frame.release();
+  *step.frame.mutable_drop_prefix() = frame.drop_prefix();
   int64_t rows = 0;
   absl::Status content = CheckFrameContent(frame, a->stage->shape(), &rows);
   if (content.ok() && !a->stage->options().first && frame.hidden_on_link()) {
@@ -297,6 +305,10 @@ WorkerMetrics::Levels WorkerService::MetricsLevels() {
   l.kv_sliding_bytes = kv_sliding_bytes_used_;
   l.kv_full_bytes = kv_bytes_used_ - kv_sliding_bytes_used_;
   l.kv_capacity_bytes = assignment_ ? assignment_->stage->options().kv_budget_bytes : worker_kv_budget_;
+  l.prefix_budget_bytes = assignment_ ? assignment_->stage->options().prefix_cache_bytes : 0;
+  l.prefix_bytes = prefix_bytes_;
+  l.prefixes = prefixes_;
+  l.prefix_evictions = prefix_evictions_;
   l.sequences = sequences_;
   l.queued_steps = static_cast<int64_t>(sequencer_.held());
   l.pending_sends = static_cast<int64_t>(outbox_.pending());

@@ -108,6 +108,9 @@ class WorkerService final : public internal::v1::Worker::Service {
   bool draining_ = false;
   // Mirrors of the stage's state for Status (the stage belongs to the compute thread).
   int64_t kv_bytes_used_ = 0;
+  int64_t prefix_bytes_ = 0;  // the stage's kept prefixes (as of its last step)
+  int prefixes_ = 0;
+  int64_t prefix_evictions_ = 0;
   int sequences_ = 0;
   int64_t kv_sliding_bytes_used_ = 0;
   // Pipeline idle time: the compute thread waiting with a range assigned and no step to run.

@@ -324,7 +324,8 @@ void HttpServer::StreamJob(const httplib::Request& req, httplib::Response& res) 
         if (!msg.finish_reason().empty()) {
           e["finish_reason"] = msg.finish_reason();
           e["usage"] = {{"prompt_tokens", msg.usage().prompt_tokens()},
-                        {"completion_tokens", msg.usage().completion_tokens()}};
+                        {"completion_tokens", msg.usage().completion_tokens()},
+                        {"prompt_tokens_details", {{"cached_tokens", msg.usage().cached_prompt_tokens()}}}};
         }
         return std::vector<std::string>{Dump(e)};
       },

@@ -46,6 +46,7 @@ void OpenAiResponse::Add(const v1::GenerateResponse& msg) {
     finish_reason_ = msg.finish_reason();
     prompt_tokens_ = msg.usage().prompt_tokens();
     completion_tokens_ = msg.usage().completion_tokens();
+    cached_tokens_ = msg.usage().cached_prompt_tokens();
   }
 }
 
@@ -62,7 +63,7 @@ json OpenAiResponse::Envelope(bool chunk) const {
 json OpenAiResponse::Usage() const {
   return {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", completion_tokens_},
           {"total_tokens", prompt_tokens_ + completion_tokens_},
-          {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens_}}}};
 }
 
 json OpenAiResponse::Logprobs(const google::protobuf::RepeatedPtrField<v1::TokenInfo>& tokens,

@@ -50,7 +50,7 @@ class OpenAiResponse {
   const int64_t created_;
   std::string echo_, text_, finish_reason_;
   google::protobuf::RepeatedPtrField<v1::TokenInfo> tokens_;
-  int64_t prompt_tokens_ = 0, completion_tokens_ = 0;
+  int64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
 };
 
 // JSON text for the wire: bytes that are not UTF-8 (a lone byte-fallback token) become U+FFFD instead of

@@ -10,7 +10,15 @@ namespace layerpipe {
 
 KvAdmission::KvAdmission(const ModelConfig& config, Precision precision, std::vector<Stage> stages,
                          int max_bypass)
-    : config_(config), precision_(precision), max_bypass_(max_bypass), stages_(std::move(stages)) {}
+    : config_(config),
+      precision_(precision),
+      max_bypass_(max_bypass),
+      stages_(std::move(stages)),
+      cache_(config_, precision_, [this] {
+        std::vector<LayerRange> ranges;
+        for (const Stage& s : stages_) ranges.push_back(s.range);
+        return ranges;
+      }()) {}
 
 absl::StatusOr<std::vector<int64_t>> KvAdmission::Need(int64_t tokens) const {
   std::vector<int64_t> need(stages_.size());
@@ -29,7 +37,7 @@ absl::StatusOr<std::vector<int64_t>> KvAdmission::Need(int64_t tokens) const {
 absl::Status KvAdmission::Enqueue(std::shared_ptr<Request> r) {
   auto need = Need(r->SequenceTokens());
   if (!need.ok()) return need.status();
-  r->kv_reserved = *std::move(need);
+  r->kv_need = *std::move(need);
   queue_.push_back(std::move(r));
   return absl::OkStatus();
 }
@@ -38,11 +46,32 @@ bool KvAdmission::paused() const {
   return std::any_of(stages_.begin(), stages_.end(), [](const Stage& s) { return s.draining; });
 }
 
-bool KvAdmission::Fits(const std::vector<int64_t>& need) const {
-  for (size_t s = 0; s < stages_.size(); ++s) {
-    if (stages_[s].reserved + need[s] > stages_[s].capacity) return false;
+bool KvAdmission::TryAdmit(Request& r) {
+  PrefixCache::Plan plan = cache_.PlanFor(r);
+  // Keeping new prefixes is optional: without them the request may fit where it otherwise would not.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (attempt == 1) {
+      if (plan.saves.empty()) break;
+      plan.saves.clear();
+    }
+    const std::vector<int64_t> own = cache_.OwnBytes(plan, r.kv_need);
+    const std::vector<int64_t> add = cache_.NewBytes(plan);
+    auto fits = [&](bool evicting_all) {
+      for (size_t s = 0; s < stages_.size(); ++s) {
+        const int64_t kept = cache_.bytes(s) - (evicting_all ? cache_.EvictableBytes(s, plan.from.get()) : 0);
+        if (stages_[s].reserved + kept + own[s] + add[s] > stages_[s].capacity) return false;
+        if (add[s] > 0 && kept + add[s] > cache_.budget(s)) return false;
+      }
+      return true;
+    };
+    if (!fits(true)) continue;
+    cache_.EvictUntil([&] { return fits(false); }, plan.from.get());
+    r.kv_reserved = own;
+    for (size_t s = 0; s < stages_.size(); ++s) stages_[s].reserved += own[s];
+    cache_.Commit(r, std::move(plan));
+    return true;
   }
-  return true;
+  return false;
 }
 
 std::vector<std::shared_ptr<Request>> KvAdmission::AdmitWaiting() {
@@ -51,7 +80,7 @@ std::vector<std::shared_ptr<Request>> KvAdmission::AdmitWaiting() {
   std::vector<Request*> passed;  // waiting requests ahead of the current one that do not fit yet
   for (auto it = queue_.begin(); it != queue_.end();) {
     Request& r = **it;
-    if (!Fits(r.kv_reserved)) {
+    if (!TryAdmit(r)) {
       // One that was passed often enough holds everything behind it.
       if (r.bypassed >= max_bypass_) break;
       passed.push_back(&r);
@@ -59,15 +88,16 @@ std::vector<std::shared_ptr<Request>> KvAdmission::AdmitWaiting() {
       continue;
     }
     for (Request* p : passed) ++p->bypassed;
-    for (size_t s = 0; s < stages_.size(); ++s) stages_[s].reserved += r.kv_reserved[s];
     admitted.push_back(std::move(*it));
     it = queue_.erase(it);
   }
   return admitted;
 }
 
-void KvAdmission::Release(const Request& r) {
+void KvAdmission::Release(Request& r) {
   for (size_t s = 0; s < stages_.size(); ++s) stages_[s].reserved -= r.kv_reserved[s];
+  r.kv_reserved.assign(r.kv_reserved.size(), 0);
+  cache_.Release(r);
 }
 
 bool KvAdmission::Withdraw(const std::shared_ptr<Request>& r) {

@@ -9,6 +9,10 @@
 // only max_bypass times. After that nothing behind the large one is admitted until it is, so as the
 // running sequences finish it gets its room: a request that fits the capacity is admitted within a
 // bounded time however many smaller ones keep arriving.
+// With the prefix cache on, the kept prefixes' bytes count on every stage too, and a request reserves only
+// what it holds alone (scheduling/prefix_cache.h); a request that does not fit evicts prefixes no running
+// request uses (least recently used first) before it waits, so the cache never keeps out a request that
+// would fit without it.
 // While any stage drains (its worker is shutting down) nothing is admitted: its sequences would have
 // to be replayed on the replacement anyway.
 #ifndef LAYERPIPE_COORDINATOR_SCHEDULING_KV_ADMISSION_H_
@@ -22,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/scheduling/planner.h"
+#include "coordinator/scheduling/prefix_cache.h"
 #include "coordinator/request.h"
 #include "engine/model/config.h"
 #include "engine/model/precision.h"
@@ -48,18 +53,20 @@ class KvAdmission {
   // stage's capacity (so it could never be admitted).
   absl::StatusOr<std::vector<int64_t>> Need(int64_t tokens) const;
 
-  // Queues `request` (its kv_reserved set from Need) behind the others.
+  // Queues `request` (its kv_need set from Need) behind the others.
   absl::Status Enqueue(std::shared_ptr<Request> request);
   // Takes every queued request that fits now, in queue order, and reserves its bytes.
   std::vector<std::shared_ptr<Request>> AdmitWaiting();
-  // Gives back what an admitted request reserved.
-  void Release(const Request& request);
+  // Gives back what an admitted request reserved, and its use of kept prefixes.
+  void Release(Request& request);
   // Drops a request that is still waiting; false when it was not queued.
   bool Withdraw(const std::shared_ptr<Request>& request);
   // Empties the queue (shutdown, giving up on recovery) and returns what was in it.
   std::deque<std::shared_ptr<Request>> TakeQueue();
 
   void SetCapacity(size_t stage, int64_t bytes) { stages_[stage].capacity = bytes; }
+  PrefixCache& cache() { return cache_; }
+  const PrefixCache& cache() const { return cache_; }
   void SetDraining(size_t stage, bool draining) { stages_[stage].draining = draining; }
   bool draining(size_t stage) const { return stages_[stage].draining; }
   bool paused() const;  // some stage drains
@@ -68,13 +75,15 @@ class KvAdmission {
   size_t queued() const { return queue_.size(); }
 
  private:
-  bool Fits(const std::vector<int64_t>& need) const;
+  // Admits `r` if it fits now (evicting unused prefixes when that makes it fit).
+  bool TryAdmit(Request& r);
 
   const ModelConfig config_;
   const Precision precision_;
   const int max_bypass_;
   std::vector<Stage> stages_;
   std::deque<std::shared_ptr<Request>> queue_;
+  PrefixCache cache_;
 };
 
 }  // namespace layerpipe

@@ -58,7 +58,7 @@ class Scheduler {
 };
 
 // After a new epoch every worker has forgotten every sequence: each running request starts over from
-// position 0 and replays its prompt and the tokens generated so far (a score request its prompt).
+// its start (position 0, or the prefix it starts from, which PrefixCache::OnNewEpoch has it wait for) and replays its prompt and the tokens generated so far (a score request its prompt).
 void PrepareReplay(Request& request);
 
 }  // namespace layerpipe

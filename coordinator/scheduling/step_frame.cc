@@ -1,5 +1,7 @@
 #include "coordinator/scheduling/step_frame.h"
 
+#include "coordinator/scheduling/prefix_cache.h"
+
 namespace layerpipe {
 namespace {
 
@@ -26,23 +28,30 @@ void AddSoftTokens(const Request& r, const PlannedSlice& p, int64_t samples_per_
 }  // namespace
 
 internal::v1::StepFrame BuildStepFrame(const StepPlan& plan, uint64_t epoch, uint64_t step_id,
-                             const std::vector<uint64_t>& releases, int64_t samples_per_token) {
+                             const std::vector<uint64_t>& releases, int64_t samples_per_token,
+                             const std::vector<uint64_t>& drops) {
   internal::v1::StepFrame frame;
   frame.set_epoch(epoch);
   frame.set_step_id(step_id);
   for (uint64_t id : releases) frame.add_release(id);
+  for (uint64_t key : drops) frame.add_drop_prefix(key);
   for (const PlannedSlice& p : plan.slices) {
     const Request& r = *p.request;
     internal::v1::StepSlice* s = frame.add_slices();
     s->set_seq_id(r.id);
     s->set_pos0(p.pos0);
+    const bool first = p.pos0 == r.start();
+    if (first && r.prefix_from) s->set_prefix_from(r.prefix_from->key);
+    for (const auto& e : r.prefix_saves) {
+      if (e->length == p.pos0 + p.count) s->set_save_prefix(e->key);
+    }
     for (int64_t pos = p.pos0; pos < p.pos0 + p.count; ++pos) s->add_ids(r.token_at(pos));
     if (!r.soft.empty()) AddSoftTokens(r, p, samples_per_token, s);
     const bool reaches_end = p.pos0 + p.count == r.known();
     if (r.kind == RequestKind::kGenerate) {
       s->set_sample(reaches_end);
       s->set_top_logprobs(r.top_logprobs);
-      if (p.pos0 == 0) {
+      if (first) {
         // The last stage learns a sequence's sampling with its first slice.
         *s->mutable_sampling() = r.sampling_proto;
         // A replayed sequence resumes its RNG where it stopped (one draw per sampled token).

@@ -63,6 +63,8 @@ class LayerBackend {
   virtual absl::StatusOr<std::unique_ptr<SequenceState>> NewSequenceFrom(const PrefixSnapshot& prefix) const {
     return absl::UnimplementedError(device() + " keeps no prefixes");
   }
+  // Whether its sequences' Snapshot() and NewSequenceFrom work: a worker offers the prefix cache only then.
+  virtual bool keeps_prefixes() const { return false; }
 
   // hidden: host [sum of n, hidden_size] fp32, rows in slice order; updated in place. Appends each
   // slice's keys and values to its caches and advances its length. A sequence may appear once per call;

@@ -25,6 +25,7 @@ class CpuBackend final : public LayerBackend {
   std::string device() const override { return "cpu"; }
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::StatusOr<std::unique_ptr<SequenceState>> NewSequenceFrom(const PrefixSnapshot& prefix) const override;
+  bool keeps_prefixes() const override { return true; }
   absl::Status Forward(absl::Span<const SequenceSlice> slices, float* hidden) override;
   absl::Status Embed(absl::Span<const int32_t> ids, float* hidden) override;
   absl::Status EmbedImage(const ImageView& image, float* out) override;

@@ -14,4 +14,16 @@ int64_t KvBytesAtLength(const ModelConfig& config, int layer_begin, int layer_en
   return total;
 }
 
+int64_t KvSharedBytesAtCut(const ModelConfig& config, int layer_begin, int layer_end, Precision precision,
+                           int64_t cut) {
+  const int64_t whole_pages = cut / kv::kPageTokens;
+  int64_t total = 0;
+  for (int l = layer_begin; l < layer_end; ++l) {
+    if (config.layer_types[l] != LayerType::kFull) continue;
+    total += kv::LayerBytesAt(false, config.sliding_window, KvRowWidth(config, l), KvElementBytes(precision),
+                              whole_pages * kv::kPageTokens);
+  }
+  return total;
+}
+
 }  // namespace layerpipe

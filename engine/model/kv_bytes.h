@@ -24,6 +24,12 @@ inline int64_t KvRowWidth(const ModelConfig& config, int layer) {
 int64_t KvBytesAtLength(const ModelConfig& config, int layer_begin, int layer_end, Precision precision,
                         int64_t length);
 
+// Bytes of the full layers' whole pages below `cut`: what a sequence that starts from a prefix of `cut`
+// positions, or keeps one, shares with the prefix's snapshot (its pages are shared by reference; the
+// rings and a partly filled page are copies).
+int64_t KvSharedBytesAtCut(const ModelConfig& config, int layer_begin, int layer_end, Precision precision,
+                           int64_t cut);
+
 }  // namespace layerpipe
 
 #endif  // LAYERPIPE_ENGINE_MODEL_KV_BYTES_H_

@@ -553,6 +553,53 @@ def test_images_and_audio(env):
     print("  ok: replay after kill -9 of the embedding stage")
 
 
+def cached_tokens_of(stderr):
+    """The "(N cached)" of a remote generate's summary line."""
+    m = re.search(r"\[(\d+) prompt tokens \((\d+) cached\)", stderr)
+    check(m is not None, f"no usage line in:\n{stderr}")
+    return int(m.group(2))
+
+
+def test_prefix_cache(env):
+    """A long document then questions about it: the first request prefills it and keeps the prefix at its last
+    256-token cut, every later one starts there (usage says so) and still equals local generation bit for bit,
+    greedy and sampled with a repetition penalty (the last stage remembers the prefix's ids), in both
+    precisions, across splits and chunkings. After a worker's kill -9 the coordinator forgets what the stages
+    kept: the next request prefills again (no false hit) and is exact; the one after it starts from the new
+    prefix."""
+    doc = [3 + (i * 7919) % 200000 for i in range(700)]
+    questions = [[5000 + (q * 31 + i * 17) % 3000 for i in range(30)] for q in range(3)]
+    sampled = ["--temperature", "0.9", "--seed", "4", "--repetition-penalty", "1.3"]
+
+    def ask(c, q, extra=()):
+        args = ["--ids", ",".join(map(str, doc + questions[q])), "--max-new-tokens", "12", *extra]
+        deadline = time.monotonic() + 60
+        while True:  # the pipeline refuses requests while it recovers from the restart
+            rc, out, err = env.layerpipe("generate", "--coordinator", c.address, *args, "--print-ids")
+            if rc == 0 or "not serving" not in err or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        check(rc == 0, f"question {q} exited {rc}:\n{err}")
+        local = env.local_generate(c.precision, args)
+        check(out == local, f"question {q} {list(extra)}:\n  local  {local!r}\n  remote {out!r}")
+        return cached_tokens_of(err)
+
+    for workers, split, precision, flags in [(2, None, "fp32", []),
+                                             (3, "0-1,2-2,3-5", "bf16", ["--prefill-chunk", "100"])]:
+        label = f"{workers} workers, split {split or 'default'}, {precision} {flags}"
+        with Cluster(env, workers, precision, split, coordinator_flags=flags) as c:
+            check(ask(c, 0) == 0, f"{label}: the first request found a prefix")
+            check(ask(c, 1) == 512, f"{label}: the second request did not start from the document")
+            check(ask(c, 2, sampled) == 512, f"{label}: the sampled request did not start from the document")
+            check(ask(c, 0) == 512, f"{label}: the repeated request did not start from the document")
+            c.workers[workers - 1].kill_group(signal.SIGKILL)
+            c.workers[workers - 1].wait(30)
+            c.restart_worker(workers - 1)
+            check(ask(c, 1, sampled) == 0, f"{label}: a prefix was used after the worker restart")
+            check(ask(c, 2) == 512, f"{label}: the prefix was not kept again after the restart")
+        print(f"  ok: {label}")
+
+
 def test_worker_lost_gives_unavailable(env):
     """kill -9 of a worker that does not come back: the client gets UNAVAILABLE once the coordinator's
     recovery deadline has passed."""
@@ -644,6 +691,7 @@ TESTS = [
     test_cluster_one_shot,
     test_worker_restart_replays,
     test_images_and_audio,
+    test_prefix_cache,
     test_worker_lost_gives_unavailable,
 ]
 

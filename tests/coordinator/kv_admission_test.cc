@@ -140,6 +140,8 @@ TEST_F(KvAdmissionTest, AScoreRequestNeedsOnlyItsPrompt) {
   KvAdmission a = Make(1 << 30, 1 << 30);
   auto score = MakeRequest(1, 200, /*max_new_tokens=*/500, RequestKind::kScore);
   ASSERT_TRUE(a.Enqueue(score).ok());
+  EXPECT_EQ(score->kv_need[1], Bytes(2, 4, 200));
+  ASSERT_EQ(a.AdmitWaiting().size(), 1u);
   EXPECT_EQ(score->kv_reserved[1], Bytes(2, 4, 200));
 }
 

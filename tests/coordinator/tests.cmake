@@ -1,5 +1,5 @@
 # The scheduling tests link only the pure scheduling library; the planner test too.
-foreach(t planner_test kv_admission_test scheduler_test)
+foreach(t planner_test kv_admission_test scheduler_test prefix_cache_test)
   target_link_libraries(${t} PRIVATE layerpipe_scheduling)
 endforeach()
 # The job store test also builds foreign databases with sqlite3, which layerpipe_job_store brings.

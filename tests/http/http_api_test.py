@@ -351,6 +351,18 @@ class HttpApiTest(unittest.TestCase):
         status, body = self.request("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 2, "temperature": 0})
         self.assertEqual(status, 200, body)
 
+    def test_a_repeated_long_prompt_reports_its_cached_tokens(self):
+        # Token ids (taken as they are), long enough for two 256-token cuts; the last prompt token is always
+        # computed, so the second request takes 512 of its 600 tokens from the prefix cache.
+        prompt = [3 + (i * 7919) % 200000 for i in range(600)]
+        answers = []
+        for _ in range(2):
+            status, body = self.request("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 3, "temperature": 0})
+            self.assertEqual(status, 200, body)
+            answers.append(body)
+        self.assertEqual([a["usage"]["prompt_tokens_details"]["cached_tokens"] for a in answers], [0, 512])
+        self.assertEqual(answers[0]["choices"][0]["text"], answers[1]["choices"][0]["text"])
+
     def test_disconnect_mid_stream_frees_kv_on_every_stage(self):
         s = self.open_stream(CONTEXT - 100)  # minutes of decoding if it were not cancelled
         self.assertNotEqual(self.kv_used(), [0, 0])

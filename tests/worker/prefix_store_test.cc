@@ -35,14 +35,14 @@ TEST(PrefixStore, EvictsTheLeastRecentlyUsedToStayInItsBudget) {
   EXPECT_TRUE(store.Put(3, Fake(30, 40)));
   EXPECT_EQ(store.Get(2), nullptr) << "2 was the least recently used";
   ASSERT_NE(store.Get(1), nullptr);
-  EXPECT_EQ(store.Get(1)->length(), 10);
-  EXPECT_EQ(store.Get(3)->length(), 30);
+  EXPECT_EQ(store.Get(1)->snapshot->length(), 10);
+  EXPECT_EQ(store.Get(3)->snapshot->length(), 30);
   EXPECT_EQ(store.bytes(), 80);
   EXPECT_EQ(store.evictions(), 1);
   // Replacing a key frees what it held first.
   EXPECT_TRUE(store.Put(3, Fake(31, 60)));
   EXPECT_EQ(store.bytes(), 100);
-  EXPECT_EQ(store.Get(3)->length(), 31);
+  EXPECT_EQ(store.Get(3)->snapshot->length(), 31);
   EXPECT_EQ(store.size(), 2u);
 }
 
@@ -74,7 +74,7 @@ TEST(PrefixStore, ASequenceOutlivesTheEvictionOfItsSnapshot) {
   PrefixStore store(int64_t{1} << 30);
   ASSERT_TRUE(store.Put(7, origin->Snapshot()));
   origin.reset();
-  auto fork = (*e)->NewSequenceFrom(*store.Get(7));
+  auto fork = (*e)->NewSequenceFrom(*store.Get(7)->snapshot);
   ASSERT_TRUE(fork.ok());
   store.Clear();  // the snapshot and the origin are gone; the fork holds the pages it shares
   auto got = (*e)->Step({StepInput{fork->get(), suffix}});

@@ -31,6 +31,23 @@ TEST(ByteSize, ParsesPlainAndSuffixedSizes) {
   EXPECT_EQ(*ParseByteSize("100B"), 100);
 }
 
+TEST(ByteSize, SizeOrShareTakesAShareOrBytesOrZero) {
+  auto half = ParseSizeOrShare("50%");
+  ASSERT_TRUE(half.ok());
+  EXPECT_DOUBLE_EQ(half->share, 0.5);
+  auto bytes = ParseSizeOrShare("2G");
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_LT(bytes->share, 0);
+  EXPECT_EQ(bytes->bytes, int64_t{2} << 30);
+  auto off = ParseSizeOrShare("0");
+  ASSERT_TRUE(off.ok());
+  EXPECT_LT(off->share, 0);
+  EXPECT_EQ(off->bytes, 0);
+  for (const char* bad : {"101%", "-1%", "x%", "%", "1.5G", ""}) {
+    EXPECT_EQ(ParseSizeOrShare(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(ByteSize, RejectsMalformedZeroAndOverflowingSizes) {
   for (const char* bad : {"", "G", "-1G", "0", "0M", "1.5G", "8X", "8GG", "8 G B", "9999999999999999999999",
                           "16777216T"}) {
