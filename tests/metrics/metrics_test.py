@@ -129,6 +129,39 @@ class MetricsEndToEndTest(unittest.TestCase):
         last = p.stdout.decode().strip().splitlines()[-1]
         return [int(x) for x in last.split(",") if x]
 
+    def test_prefix_cache_counts(self):
+        """A 600-token prompt asked twice: one miss, then one hit of 512 cached tokens; each stage keeps the
+        prefix, and the bytes its worker measures on its caches equal what the coordinator counts for it."""
+        workers = [self.start([f"{ARGS.bin}/layerpipe-worker", "--listen", "127.0.0.1:0", "--threads", "1",
+                               "--metrics-listen", "127.0.0.1:0"], f"worker {i}") for i in range(2)]
+        coordinator = self.start([f"{ARGS.bin}/layerpipe-coordinator", "--listen", "127.0.0.1:0", "--model", self.model,
+                                  "--workers", ",".join(w.address for w in workers), "--metrics-listen", "127.0.0.1:0"],
+                                 "coordinator")
+        prompt = [2] + [3 + (i * 37) % 500 for i in range(599)]  # the checkpoint has 512 ids
+        self.assertEqual(self.generate(coordinator, prompt, 4), self.generate(coordinator, prompt, 4))
+        c = scrape(coordinator.metrics_port)
+        self.assertEqual(c.value("layerpipe_prefix_cache_lookups_total", result="miss"), 1)
+        self.assertEqual(c.value("layerpipe_prefix_cache_lookups_total", result="hit"), 1)
+        self.assertEqual(c.value("layerpipe_prefix_cache_cached_tokens_total"), 512)
+        self.assertEqual(c.value("layerpipe_prefix_cache_entries"), 1)
+        self.assertEqual(c.value("layerpipe_prefix_cache_evictions_total"), 0)
+        for s, w in enumerate(workers):
+            deadline = time.time() + 30
+            while True:  # until the step that releases the last sequence has run
+                m = scrape(w.metrics_port)
+                if m.value("layerpipe_worker_sequences") == 0 or time.time() > deadline:
+                    break
+                time.sleep(0.05)
+            kept = m.value("layerpipe_worker_prefix_cache_bytes")
+            self.assertGreater(kept, 0)
+            self.assertEqual(kept, c.value("layerpipe_prefix_cache_bytes", stage=str(s)))
+            self.assertEqual(m.value("layerpipe_worker_prefix_cache_entries"), 1)
+            self.assertEqual(m.value("layerpipe_worker_prefix_cache_self_evictions_total"), 0)
+            self.assertEqual(m.value("layerpipe_worker_prefix_cache_budget_bytes"),
+                             m.value("layerpipe_worker_kv_bytes_capacity") // 2)
+            self.assertEqual(m.value("layerpipe_worker_kv_bytes_free") + kept,
+                             m.value("layerpipe_worker_kv_bytes_capacity"))
+
     def test_counters_follow_the_requests(self):
         workers = [self.start([f"{ARGS.bin}/layerpipe-worker", "--listen", "127.0.0.1:0", "--threads", "1",
                                "--metrics-listen", "127.0.0.1:0"], f"worker {i}") for i in range(2)]
