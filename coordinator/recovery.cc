@@ -77,6 +77,11 @@ void Pipeline::Recover(std::unique_lock<std::mutex>& lock, const std::string& wh
     absl::Status st = AssignAll(epoch, secret, std::max(absl::Seconds(5), deadline - absl::Now()));
     lock.lock();
     if (st.ok()) {
+      // A stage that came back keeping no prefixes turns the cache off: no request may wait for one.
+      if (!admission_.cache().enabled() && admission_.cache().entries() > 0) {
+        admission_.TurnCacheOff(running_);
+        for (auto& r : running_) r->events.Publish([](RequestView& v) { v.prefilled = 0; });
+      }
       fault_.clear();
       ready_ = true;
       Admit();  // a drained stage's replacement lets the queue move again

@@ -107,6 +107,16 @@ bool KvAdmission::Withdraw(const std::shared_ptr<Request>& r) {
   return true;
 }
 
+void KvAdmission::TurnCacheOff(const std::vector<std::shared_ptr<Request>>& running) {
+  for (const auto& r : running) {
+    for (size_t s = 0; s < stages_.size() && s < r->kv_reserved.size(); ++s) {
+      stages_[s].reserved += r->kv_need[s] - r->kv_reserved[s];
+    }
+    r->kv_reserved = r->kv_need;
+  }
+  cache_.Clear(running);
+}
+
 std::deque<std::shared_ptr<Request>> KvAdmission::TakeQueue() { return std::exchange(queue_, {}); }
 
 }  // namespace layerpipe

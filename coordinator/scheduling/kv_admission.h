@@ -61,6 +61,9 @@ class KvAdmission {
   void Release(Request& request);
   // Drops a request that is still waiting; false when it was not queued.
   bool Withdraw(const std::shared_ptr<Request>& request);
+  // The stages keep no prefixes any more (a new epoch with the cache off): the running requests reserve
+  // their whole sequences again and replay from 0.
+  void TurnCacheOff(const std::vector<std::shared_ptr<Request>>& running);
   // Empties the queue (shutdown, giving up on recovery) and returns what was in it.
   std::deque<std::shared_ptr<Request>> TakeQueue();
 

@@ -175,6 +175,17 @@ void PrefixCache::OnNewEpoch(const std::vector<std::shared_ptr<Request>>& runnin
   }
 }
 
+void PrefixCache::Clear(const std::vector<std::shared_ptr<Request>>& running) {
+  for (const auto& r : running) {
+    r->prefix_from.reset();
+    r->prefix_saves.clear();
+    r->fed = r->sent = 0;
+  }
+  by_digest_.clear();
+  bytes_.assign(bytes_.size(), 0);
+  drops_.clear();
+}
+
 void PrefixCache::Erase(const std::shared_ptr<PrefixEntry>& e, bool evicted) {
   for (size_t s = 0; s < ranges_.size(); ++s) bytes_[s] -= e->bytes[s];
   if (evicted) {

@@ -88,6 +88,10 @@ class PrefixCache {
   // made again, each by its first user in `running` (which then replays from 0).
   void OnNewEpoch(const std::vector<std::shared_ptr<Request>>& running);
 
+  // A new epoch whose stages keep no prefixes at all (a worker came back with --prefix-cache-budget 0):
+  // everything is forgotten and every running request replays from 0.
+  void Clear(const std::vector<std::shared_ptr<Request>>& running);
+
   // Keys the stages must forget (evicted since the last call).
   std::vector<uint64_t> TakeDrops() { return std::exchange(drops_, {}); }
   bool drops_pending() const { return !drops_.empty(); }

@@ -291,5 +291,28 @@ TEST_F(PrefixCacheTest, ANewEpochForgetsUnusedPrefixesAndHasUsedOnesMadeAgain) {
   EXPECT_EQ(frame_.slices(0).prefix_from(), 0u);
 }
 
+TEST_F(PrefixCacheTest, AStageThatComesBackWithoutACacheTurnsItOff) {
+  auto r1 = Admit(Ask(1, 600, 40, 1));
+  Send();
+  auto r2 = Admit(Ask(2, 600, 50, 2));
+  ASSERT_EQ(r2->start(), 512);
+  admission_->cache().OnNewEpoch(running_);
+  admission_->cache().SetBudget(1, 0);  // the replacement worker keeps no prefixes
+  admission_->TurnCacheOff(running_);
+  EXPECT_EQ(admission_->cache().entries(), 0u);
+  for (const auto& r : {r1, r2}) {
+    EXPECT_EQ(r->prefix_from, nullptr);
+    EXPECT_TRUE(r->prefix_saves.empty());
+    EXPECT_EQ(r->sent, 0);
+    EXPECT_EQ(r->kv_reserved, r->kv_need) << "its whole sequence, alone";
+  }
+  Send();
+  EXPECT_EQ(frame_.slices(0).prefix_from(), 0u);
+  EXPECT_EQ(frame_.slices(0).save_prefix(), 0u);
+  Finish(r1);
+  Finish(r2);
+  EXPECT_EQ(admission_->stage(1).reserved, 0) << "what it reserved again is given back";
+}
+
 }  // namespace
 }  // namespace layerpipe
