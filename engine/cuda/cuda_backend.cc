@@ -64,6 +64,8 @@ class CudaBackend final : public LayerBackend {
 
   std::string device() const override { return absl::StrCat("cuda:", device_); }
   std::unique_ptr<SequenceState> NewSequence() const override;
+  absl::StatusOr<std::unique_ptr<SequenceState>> NewSequenceFrom(const PrefixSnapshot& prefix) const override;
+  bool keeps_prefixes() const override { return true; }
   absl::Status Forward(absl::Span<const SequenceSlice> slices, float* hidden) override;
   absl::Status Embed(absl::Span<const int32_t> ids, float* hidden) override { return embedding_->Embed(ids, hidden); }
   absl::Status EmbedImage(const ImageView& image, float* out) override { return embedders_->EmbedImage(image, out); }
@@ -191,7 +193,13 @@ std::unique_ptr<SequenceState> CudaBackend::NewSequence() const {
     const bool full = cfg_.layer_types[l] == LayerType::kFull;
     layers.emplace_back(!full, cfg_.sliding_window, int64_t(cfg_.KvHeads(l)) * cfg_.HeadDim(l), elem);
   }
-  return std::make_unique<DeviceSequenceKv>(this, std::move(layers));
+  return std::make_unique<DeviceSequenceKv>(this, stream_, std::move(layers));
+}
+
+absl::StatusOr<std::unique_ptr<SequenceState>> CudaBackend::NewSequenceFrom(const PrefixSnapshot& prefix) const {
+  auto kv = DeviceSequenceKv::From(prefix, this);
+  if (!kv.ok()) return kv.status();
+  return std::unique_ptr<SequenceState>(std::move(*kv));
 }
 
 absl::Status CudaBackend::Validate(absl::Span<const SequenceSlice> slices) const {

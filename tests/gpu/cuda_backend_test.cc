@@ -20,6 +20,7 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cpu/kv_cache.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/model/kv_layout.h"
 #include "tests/engine/test_util.h"
 #include "tests/gpu/cuda_test_util.h"
 
@@ -205,6 +206,49 @@ TEST_P(CudaBackendTest, KvBytesEqualCpu) {
   }
   EXPECT_GT(gkv->sliding_bytes(), 0u);
   EXPECT_GT(gkv->bytes(), gkv->sliding_bytes());
+}
+
+// The prefix cache on the device: a sequence started from a snapshot equals one that ran the prefix in
+// the same chunks, bit for bit, at cuts inside a page, at a page boundary and past it (the window is far
+// shorter), while the snapshot's own sequence and the other fork go on writing after the cut.
+TEST_P(CudaBackendTest, PrefixSnapshotForksEqualSequencesThatRanThePrefix) {
+  ASSERT_TRUE(gpu_->keeps_prefixes());
+  for (int cut : {37, static_cast<int>(kv::kPageTokens), static_cast<int>(kv::kPageTokens) + 45}) {
+    const auto prefix = RandomIds(cut, 300, static_cast<uint32_t>(cut));
+    const auto a = RandomIds(19, 300, 1), b = RandomIds(23, 300, 2);
+    auto origin = gpu_->NewSequence();
+    Gpu().Step({{origin.get(), prefix}});
+    std::unique_ptr<PrefixSnapshot> snap = origin->Snapshot();
+    ASSERT_NE(snap, nullptr);
+    EXPECT_EQ(snap->length(), cut);
+    EXPECT_EQ(snap->bytes(), origin->bytes());
+    auto fork_a = gpu_->NewSequenceFrom(*snap);
+    auto fork_b = gpu_->NewSequenceFrom(*snap);
+    ASSERT_TRUE(fork_a.ok() && fork_b.ok()) << fork_a.status();
+    EXPECT_EQ((*fork_a)->length(), cut);
+    const std::vector<float> origin_b = Gpu().Step({{origin.get(), b}});
+    const std::vector<float> got_a = Gpu().Step({{fork_a->get(), a}});
+    const std::vector<float> got_b = Gpu().Step({{fork_b->get(), b}});
+    auto fresh = [&](const std::vector<int32_t>& suffix) {
+      auto kv = gpu_->NewSequence();
+      Gpu().Step({{kv.get(), prefix}});
+      return Gpu().Step({{kv.get(), suffix}});
+    };
+    const std::vector<float> want_a = fresh(a), want_b = fresh(b);
+    EXPECT_EQ(0, std::memcmp(got_a.data(), want_a.data(), want_a.size() * sizeof(float))) << "cut " << cut;
+    EXPECT_EQ(0, std::memcmp(got_b.data(), want_b.data(), want_b.size() * sizeof(float))) << "cut " << cut;
+    EXPECT_EQ(0, std::memcmp(origin_b.data(), want_b.data(), want_b.size() * sizeof(float))) << "cut " << cut;
+    // And the CPU's bits in its tolerance, as every other step here.
+    auto cpu_kv = cpu_->NewSequence();
+    Cpu().Step({{cpu_kv.get(), prefix}});
+    const std::vector<float> cpu_a = Cpu().Step({{cpu_kv.get(), a}});
+    EXPECT_TRUE(Close(got_a.data(), cpu_a.data(), got_a.size(), GetParam())) << "cut " << cut;
+  }
+  // A CPU snapshot is not this backend's.
+  auto cpu_kv = cpu_->NewSequence();
+  Cpu().Step({{cpu_kv.get(), RandomIds(5, 300, 3)}});
+  auto foreign = gpu_->NewSequenceFrom(*cpu_kv->Snapshot());
+  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_P(CudaBackendTest, LayerRangeStagesEqualTheWholeRange) {
