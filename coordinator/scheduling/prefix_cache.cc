@@ -32,6 +32,10 @@ PrefixCache::PrefixCache(const ModelConfig& config, Precision precision, std::ve
       budget_(ranges_.size(), 0),
       bytes_(ranges_.size(), 0) {}
 
+int64_t PrefixCache::BytesAt(size_t stage, int64_t length) const {
+  return KvBytesAtLength(config_, ranges_[stage].begin, ranges_[stage].end, precision_, length);
+}
+
 bool PrefixCache::enabled() const {
   return std::all_of(budget_.begin(), budget_.end(), [](int64_t b) { return b > 0; });
 }
@@ -78,7 +82,7 @@ std::vector<int64_t> PrefixCache::NewBytes(const Plan& plan) const {
   std::vector<int64_t> add(ranges_.size(), 0);
   for (const PrefixCut& c : plan.saves) {
     for (size_t s = 0; s < ranges_.size(); ++s) {
-      add[s] += KvBytesAtLength(config_, ranges_[s].begin, ranges_[s].end, precision_, c.length);
+      add[s] += BytesAt(s, c.length);
     }
   }
   return add;
@@ -117,7 +121,7 @@ void PrefixCache::Commit(Request& r, Plan plan) {
     e->length = c.length;
     e->digest = std::move(c.digest);
     for (size_t s = 0; s < ranges_.size(); ++s) {
-      e->bytes.push_back(KvBytesAtLength(config_, ranges_[s].begin, ranges_[s].end, precision_, c.length));
+      e->bytes.push_back(BytesAt(s, c.length));
       bytes_[s] += e->bytes.back();
     }
     e->maker = &r;

@@ -101,6 +101,8 @@ class PrefixCache {
 
  private:
   std::shared_ptr<PrefixEntry> Find(const std::string& digest) const;
+  // What a prefix of `length` positions costs `stage` (KvBytesAtLength on its layers).
+  int64_t BytesAt(size_t stage, int64_t length) const;
   void Erase(const std::shared_ptr<PrefixEntry>& e, bool evicted);
   void Remember(const std::vector<PrefixCut>& cuts);
   void Touch(PrefixEntry& e) { e.last_used = ++clock_; }
