@@ -70,6 +70,59 @@ double ReadBandwidthGBs(ThreadPool& pool, size_t bytes, int reps) {
   return bytes / t / 1e9;
 }
 
+// Peak multiply-add rate: every thread runs 12 independent accumulator chains (enough to cover the
+// FMA latency on two pipes) of `Op` for a fixed count; flops per op given.
+template <typename Op>
+double PeakGflops(ThreadPool& pool, double flops_per_op, Op op) {
+  constexpr int64_t kIters = int64_t{1} << 24;
+  std::vector<float> sink(pool.size() * 16);
+  const double t = BestTime(3, [&] {
+    pool.ParallelFor(pool.size(), [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) sink[t * 16] += op(kIters);
+    });
+  });
+  return flops_per_op * 12 * kIters * pool.size() / t / 1e9;
+}
+
+float FmaChains(int64_t iters) {
+  __m256 a[12];
+  const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-3f);
+  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(float(i));
+  for (int64_t n = 0; n < iters; ++n) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], x, y);
+  }
+  __m256 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, a[i]);
+  return _mm256_cvtss_f32(s);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) float DpbfChains(int64_t iters) {
+  __m512 a[12];
+  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3a83);
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(float(i));
+  for (int64_t n = 0; n < iters; ++n) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_dpbf16_ps(a[i], x, y);
+  }
+  __m512 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+// The ceilings the kernels are held to: fp32 FMA (AVX2, 8 lanes x 2 flops) and, where the CPU has it,
+// vdpbf16ps (16 lanes x 2 pairs x 2 flops).
+struct Peaks {
+  double fma = 0, bf16_dot = 0;
+};
+
+Peaks MeasurePeaks(ThreadPool& pool) {
+  Peaks p;
+  p.fma = PeakGflops(pool, 16, FmaChains);
+  if (CpuSupportsAvx512Bf16()) p.bf16_dot = PeakGflops(pool, 64, DpbfChains);
+  return p;
+}
+
 double PoolOverheadUs(ThreadPool& pool, int calls) {
   std::vector<int64_t> sink(pool.size() * 16);
   const double t0 = Now();
@@ -111,11 +164,14 @@ struct Options {
   bool decode = true;
   bool prefill = true;
   MatmulIsa isa = ActiveMatmulIsa();
+  double bandwidth = 0;  // GB/s, measured
+  Peaks peaks;
 };
 
 void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
   std::printf("\n== decode (memory-bound): GB/s of bf16 weight bytes read ==\n");
-  std::printf("%-13s %6s %6s %3s %12s %12s\n", "shape", "n", "k", "m", "bf16-x GB/s", "fp32-x GB/s");
+  std::printf("%-13s %6s %6s %3s %12s %12s   (%% of the %.1f GB/s read bandwidth)\n", "shape", "n", "k", "m",
+              "bf16-x GB/s", "fp32-x GB/s", opt.bandwidth);
   const int64_t ms[] = {1, 2, 4, 8};
   for (const Shape& s : kShapes) {
     // Enough copies of W that cycling through them defeats the 32 MiB L3, as real layers do.
@@ -138,20 +194,25 @@ void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
         });
         gbs[mode] = w_elems * 2 / t / 1e9;
       }
-      std::printf("%-13s %6lld %6lld %3lld %12.1f %12.1f\n", s.name, static_cast<long long>(s.n),
-                  static_cast<long long>(s.k), static_cast<long long>(m), gbs[0], gbs[1]);
+      std::printf("%-13s %6lld %6lld %3lld %6.1f (%3.0f%%) %6.1f (%3.0f%%)\n", s.name, static_cast<long long>(s.n),
+                  static_cast<long long>(s.k), static_cast<long long>(m), gbs[0], 100 * gbs[0] / opt.bandwidth,
+                  gbs[1], 100 * gbs[1] / opt.bandwidth);
     }
   }
 }
 
 void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
   std::printf("\n== prefill (compute-bound): GFLOP/s (2*m*n*k per call) ==\n");
-  std::printf("%-13s %6s %6s %4s %13s %13s\n", "shape", "n", "k", "m", "bf16-x GFLOP/s", "fp32-x GFLOP/s");
-  const int64_t ms[] = {64, 256, 512};
+  // bf16-x mode is held to vdpbf16ps's peak where that kernel runs, fp32-x mode to the FMA peak.
+  const double bf16_peak = opt.isa == MatmulIsa::kAvx512Bf16 && opt.peaks.bf16_dot > 0 ? opt.peaks.bf16_dot
+                                                                                        : opt.peaks.fma;
+  std::printf("%-13s %6s %6s %4s %15s %15s   (%% of peak: bf16-x %.0f, fp32-x %.0f GFLOP/s)\n", "shape", "n", "k",
+              "m", "bf16-x GFLOP/s", "fp32-x GFLOP/s", bf16_peak, opt.peaks.fma);
+  const int64_t ms[] = {64, 256, 512, 4096};
   for (const Shape& s : kShapes) {
     const std::vector<uint16_t> w = RandomBf16(static_cast<size_t>(s.n * s.k), rng);
     for (int64_t m : ms) {
-      if (opt.quick && m != 256) continue;
+      if (opt.quick && m != 256 && m != 4096) continue;
       const std::vector<float> x = RandomF32(m * s.k, rng);
       std::vector<float> y(m * s.n);
       double gflops[2];
@@ -162,8 +223,9 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
         });
         gflops[mode] = 2.0 * m * s.n * s.k / t / 1e9;
       }
-      std::printf("%-13s %6lld %6lld %4lld %13.1f %13.1f\n", s.name, static_cast<long long>(s.n),
-                  static_cast<long long>(s.k), static_cast<long long>(m), gflops[0], gflops[1]);
+      std::printf("%-13s %6lld %6lld %4lld %8.1f (%3.0f%%) %8.1f (%3.0f%%)\n", s.name, static_cast<long long>(s.n),
+                  static_cast<long long>(s.k), static_cast<long long>(m), gflops[0], 100 * gflops[0] / bf16_peak,
+                  gflops[1], 100 * gflops[1] / opt.peaks.fma);
     }
   }
 }
@@ -189,8 +251,12 @@ int Main(int argc, char** argv) {
   std::printf("threads: %d   kernel (bf16-x mode): %s   avx512bf16 on this CPU: %s\n", pool.size(),
               std::string(MatmulIsaName(opt.isa)).c_str(), CpuSupportsAvx512Bf16() ? "yes" : "no");
   std::printf("fp32-x mode always runs the avx2 kernel\n");
-  std::printf("streaming read bandwidth (1 GiB, %d threads): %.1f GB/s\n", pool.size(),
-              ReadBandwidthGBs(pool, size_t{1} << 30, opt.quick ? 3 : 5));
+  opt.bandwidth = ReadBandwidthGBs(pool, size_t{1} << 30, opt.quick ? 3 : 5);
+  opt.peaks = MeasurePeaks(pool);
+  std::printf("streaming read bandwidth (1 GiB, %d threads): %.1f GB/s\n", pool.size(), opt.bandwidth);
+  std::printf("peak (%d threads): fp32 FMA %.1f GFLOP/s", pool.size(), opt.peaks.fma);
+  if (opt.peaks.bf16_dot > 0) std::printf(", vdpbf16ps %.1f GFLOP/s", opt.peaks.bf16_dot);
+  std::printf("\n");
   std::printf("ParallelFor overhead (empty body): %.2f us/call\n", PoolOverheadUs(pool, 20000));
   std::mt19937 rng(1234);
   if (opt.decode) RunDecode(opt, pool, rng);

@@ -25,6 +25,7 @@ struct EngineOptions {
   int threads = 0;              // 0: LAYERPIPE_THREADS or all cores
   int64_t prefill_chunk = 512;  // tokens of one sequence per forward step
   BackendMaker make_backend;    // empty: the CPU executor
+  bool huge_pages = true;       // CPU executor: weights copied into huge pages (false: read in place)
 };
 
 // New tokens for one sequence in a step (a prompt, a prompt chunk, or one decode token), with the soft

@@ -27,6 +27,9 @@ ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(60),
 ABSL_FLAG(std::string, kv_budget, "", "KV cache budget, e.g. 8G or 512M (default: half the physical memory)");
 ABSL_FLAG(std::string, prefix_cache_budget, "50%",
           "what the prefix cache may keep of the KV budget: a share (50%) or bytes (2G); 0 turns it off");
+ABSL_FLAG(bool, huge_pages, true,
+          "CPU stages: copy the weights into huge pages at load (faster steps); false reads them in place from "
+          "the mapped checkpoint (no copy, shared page cache)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free port)");
 // Mutual TLS (docs/security.md): all three or none.
@@ -66,6 +69,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.make_backend = std::move(*maker);
+  options.huge_pages = absl::GetFlag(FLAGS_huge_pages) && !device->cuda();
   const std::string budget = absl::GetFlag(FLAGS_kv_budget);
   if (!budget.empty()) {
     auto bytes = layerpipe::ParseByteSize(budget);

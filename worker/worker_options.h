@@ -36,6 +36,9 @@ struct WorkerOptions {
   OutboxOptions outbox;
   // Runs the assigned layers; empty: the CPU executor on the worker's thread pool.
   BackendMaker make_backend;
+  // Weights of a CPU stage copied into huge pages (engine/model/huge_pages.h); false: read in place
+  // from the mapped checkpoint.
+  bool huge_pages = false;
   // Picks the hop to the next stage per assignment (e.g. MPI between ranks of one job); unset, or
   // returning null: gRPC to the assignment's next_address.
   NextHopFactory next_hop;

@@ -56,7 +56,7 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> WorkerService::WeightsFor(co
     std::lock_guard<std::mutex> lock(mu_);
     if (assignment_ && SameWeights(assignment_->request, request)) return assignment_->weights;
   }
-  auto loaded = ModelWeights::Load(request.model_dir(), config, SelectionOf(request));
+  auto loaded = ModelWeights::Load(request.model_dir(), config, SelectionOf(request), {.huge_pages = options_.huge_pages});
   if (!loaded.ok()) return loaded.status();
   return std::shared_ptr<const ModelWeights>(std::move(*loaded));
 }

@@ -1,13 +1,36 @@
+// Attention as tiled matrix work: a group of query vectors (rows × the heads of one GQA group) is
+// scored against blocks of keys with register tiles (attention_tiles.h), the scores go through an
+// exact two-pass softmax per query vector, and the weights multiply blocks of values the same way.
+// bf16 key and value rows are widened to fp32 once per block when several tiles of queries reuse
+// them. Every score, weight and output value is computed by the same arithmetic whatever the group,
+// block or tile it falls in, so results depend only on a query and the keys it sees.
 #include "engine/cpu/attention.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
+#include "engine/cpu/attention_tiles.h"
 #include "engine/cpu/ops.h"
+
+// glibc's libmvec: expf on 8 lanes (AVX2), each lane computed alone, within 3 ulp of exp.
+extern "C" __m256 _ZGVdN8v_expf(__m256);
 
 namespace layerpipe {
 namespace {
+
+using namespace attention_tiles;
+
+// Keys whose rows are handled (and, for bf16, widened) together: 64 × 512 fp32 = 128 KiB, in L2.
+constexpr int64_t kKeyBlock = 64;
+// Query vectors attended together: enough that a widened key block is reused, few enough that their
+// scores over a long context stay modest (32 × 32k keys = 4 MiB).
+constexpr int kGroupVectors = 32;
 
 // The last key query position p sees: itself, or the end of the image block it lies in.
 int64_t LastKey(const AttentionChunk& c, int64_t p) {
@@ -18,63 +41,231 @@ int64_t LastKey(const AttentionChunk& c, int64_t p) {
   return p;
 }
 
+int64_t FirstKey(const AttentionChunk& c, int64_t p) {
+  return c.window > 0 ? std::max<int64_t>(0, p - c.window + 1) : 0;
+}
+
+// Dispatch of the partial tiles at the edges: [rows - 1][columns - 1].
+template <typename T>
+using ScoreFn = void (*)(const float* const*, const T* const*, int, float*, int64_t);
+template <typename T>
+using WeighFn = void (*)(const float* const*, const T* const*, int64_t, int, float* const*);
+
+template <typename T, int Q, int... Ks>
+constexpr std::array<ScoreFn<T>, kKeys> ScoreRow(std::integer_sequence<int, Ks...>) {
+  return {&ScoreTile<Q, Ks + 1, T>...};
+}
+template <typename T, int... Qs>
+constexpr std::array<std::array<ScoreFn<T>, kKeys>, kQueries> ScoreTable(std::integer_sequence<int, Qs...>) {
+  return {ScoreRow<T, Qs + 1>(std::make_integer_sequence<int, kKeys>())...};
+}
+template <typename T, int Q, int... Vs>
+constexpr std::array<WeighFn<T>, kDimVectors> WeighRow(std::integer_sequence<int, Vs...>) {
+  return {&WeighTile<Q, Vs + 1, T>...};
+}
+template <typename T, int... Qs>
+constexpr std::array<std::array<WeighFn<T>, kDimVectors>, kQueries> WeighTable(std::integer_sequence<int, Qs...>) {
+  return {WeighRow<T, Qs + 1>(std::make_integer_sequence<int, kDimVectors>())...};
+}
+template <typename T>
+constexpr auto kScoreTiles = ScoreTable<T>(std::make_integer_sequence<int, kQueries>());
+template <typename T>
+constexpr auto kWeighTiles = WeighTable<T>(std::make_integer_sequence<int, kQueries>());
+
+// One group: query vectors v = (row, head) in row-major order, with their valid key ranges.
+struct Group {
+  int vectors;
+  int heads;
+  int64_t first_key, keys;  // the union of the rows' key ranges
+  int64_t ld;               // scores row stride
+  const float** q;
+  float** out;
+  float** p;  // each vector's weights at the current key block
+};
+
+// scores[v][j - first_key] for the keys [b, b + n) of one block.
+template <typename T>
+void ScoreBlock(const Group& g, const T* const* keys, int64_t b, int64_t n, int hd, float* scores) {
+  for (int r = 0; r < g.vectors; r += kQueries) {
+    const int qn = std::min(kQueries, g.vectors - r);
+    for (int64_t c = 0; c < n; c += kKeys) {
+      const int kn = static_cast<int>(std::min<int64_t>(kKeys, n - c));
+      kScoreTiles<T>[qn - 1][kn - 1](g.q + r, keys + c, hd, scores + r * g.ld + (b - g.first_key) + c, g.ld);
+    }
+  }
+}
+
+// out[v] += Σ_j p[v][j] · value[j] over the block's keys, in key order.
+template <typename T>
+void WeighBlock(const Group& g, const T* const* values, int64_t n, int hd) {
+  const int whole = hd / 8 * 8;
+  for (int r = 0; r < g.vectors; r += kQueries) {
+    const int qn = std::min(kQueries, g.vectors - r);
+    for (int d = 0; d < whole; d += 8 * kDimVectors) {
+      const int vn = std::min(kDimVectors, (whole - d) / 8);
+      kWeighTiles<T>[qn - 1][vn - 1](g.p + r, values, n, d, g.out + r);
+    }
+    if (whole < hd) WeighTail(g.p + r, qn, values, n, whole, hd, g.out + r);
+  }
+}
+
+// The rows [b, b + n) of K (which = 0) or V (which = 1) as pointers: chunk rows (fp32) at and after
+// pos0, cache rows (T) before it. bf16 rows reused by several query tiles are widened into `wide`.
+// Calls fn(pointers) with pointers to float or to T.
+template <typename T, typename Fn>
+void WithRows(const AttentionChunk& c, int which, int64_t koff, int64_t b, int64_t n, int hd, int vectors,
+              AttentionScratch& s, Fn&& fn) {
+  s.f32_rows.resize(static_cast<size_t>(n));
+  if (b >= c.pos0) {
+    const float* base = (which == 0 ? c.k_new : c.v_new) + koff;
+    for (int64_t j = 0; j < n; ++j) s.f32_rows[j] = base + (b + j - c.pos0) * c.kv_stride;
+    fn(s.f32_rows.data());
+    return;
+  }
+  auto row = [&](int64_t pos) -> const T* {
+    return (which == 0 ? c.cache->K<T>(pos) : c.cache->V<T>(pos)) + koff;
+  };
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    if (vectors > kQueries) {
+      s.wide.resize(static_cast<size_t>(n * hd));
+      for (int64_t j = 0; j < n; ++j) {
+        const uint16_t* src = row(b + j);
+        float* dst = s.wide.data() + j * hd;
+        int d = 0;
+        for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(dst + d, Load8(src + d));
+        for (; d < hd; ++d) dst[d] = Widen(src[d]);
+        s.f32_rows[j] = dst;
+      }
+      fn(s.f32_rows.data());
+      return;
+    }
+    s.bf16_rows.resize(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) s.bf16_rows[j] = row(b + j);
+    fn(s.bf16_rows.data());
+  } else {
+    for (int64_t j = 0; j < n; ++j) s.f32_rows[j] = row(b + j);
+    fn(s.f32_rows.data());
+  }
+}
+
+// Visits the group's keys in blocks that never straddle pos0 (cache rows before, chunk rows after).
+template <typename Fn>
+void ForKeyBlocks(const AttentionChunk& c, const Group& g, Fn&& fn) {
+  const int64_t end = g.first_key + g.keys;
+  for (int64_t b = g.first_key; b < end;) {
+    int64_t e = std::min(end, b + kKeyBlock);
+    if (b < c.pos0) e = std::min(e, c.pos0);
+    fn(b, e - b);
+    b = e;
+  }
+}
+
+// Turns one vector's scores over [lo, hi] (indices into its row) into unnormalized weights
+// exp(s - max), zero elsewhere in [0, keys); returns 1 / their sum. The sum runs in double over 8 lanes
+// (4 + 4) counted from lo, then the tail, so it depends only on the scores.
+float Softmax(float* s, int64_t keys, int64_t lo, int64_t hi) {
+  std::fill(s, s + lo, 0.0f);
+  std::fill(s + hi + 1, s + keys, 0.0f);
+  float* x = s + lo;
+  const int64_t n = hi - lo + 1;
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float mx = -INFINITY;
+  for (float l : lanes) mx = std::max(mx, l);
+  for (; i < n; ++i) mx = std::max(mx, x[i]);
+
+  const __m256 vm = _mm256_set1_ps(mx);
+  __m256d lo_sum = _mm256_setzero_pd(), hi_sum = _mm256_setzero_pd();
+  i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = _ZGVdN8v_expf(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    _mm256_storeu_ps(x + i, e);
+    lo_sum = _mm256_add_pd(lo_sum, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    hi_sum = _mm256_add_pd(hi_sum, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  double sum_lanes[4];
+  _mm256_storeu_pd(sum_lanes, _mm256_add_pd(lo_sum, hi_sum));
+  double sum = (sum_lanes[0] + sum_lanes[2]) + (sum_lanes[1] + sum_lanes[3]);
+  if (i < n) {  // the tail through the same vector exp, so a score's weight never depends on its lane
+    alignas(32) float t[8];
+    for (int l = 0; l < 8; ++l) t[l] = i + l < n ? x[i + l] : mx;
+    _mm256_store_ps(t, _ZGVdN8v_expf(_mm256_sub_ps(_mm256_load_ps(t), vm)));
+    for (int64_t l = 0; i + l < n; ++l) {
+      x[i + l] = t[l];
+      sum += t[l];
+    }
+  }
+  return static_cast<float>(1.0 / sum);
+}
+
+template <typename T>
+void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd, int64_t row_begin,
+                 int64_t row_end, AttentionScratch& s) {
+  const int64_t koff = int64_t(kv_head) * hd;
+  Group g;
+  g.heads = heads;
+  g.vectors = static_cast<int>((row_end - row_begin) * heads);
+  g.first_key = FirstKey(c, c.pos0 + row_begin);
+  g.keys = LastKey(c, c.pos0 + row_end - 1) - g.first_key + 1;
+  g.ld = (g.keys + 7) / 8 * 8;
+  s.q.resize(g.vectors);
+  s.out.resize(g.vectors);
+  s.p.resize(g.vectors);
+  g.q = s.q.data();
+  g.out = s.out.data();
+  g.p = s.p.data();
+  for (int v = 0; v < g.vectors; ++v) {
+    const int64_t i = row_begin + v / heads;
+    const int64_t h = h0 + v % heads;
+    g.q[v] = c.q + i * c.q_stride + h * hd;
+    g.out[v] = c.out + i * c.out_stride + h * hd;
+    std::memset(g.out[v], 0, sizeof(float) * hd);
+  }
+  s.scores.resize(static_cast<size_t>(g.vectors * g.ld));
+  float* scores = s.scores.data();
+
+  ForKeyBlocks(c, g, [&](int64_t b, int64_t n) {
+    WithRows<T>(c, 0, koff, b, n, hd, g.vectors, s, [&](auto keys) { ScoreBlock(g, keys, b, n, hd, scores); });
+  });
+  s.inv_sum.resize(g.vectors);
+  for (int v = 0; v < g.vectors; ++v) {
+    const int64_t p = c.pos0 + row_begin + v / heads;
+    s.inv_sum[v] = Softmax(scores + v * g.ld, g.keys, FirstKey(c, p) - g.first_key, LastKey(c, p) - g.first_key);
+  }
+  ForKeyBlocks(c, g, [&](int64_t b, int64_t n) {
+    for (int v = 0; v < g.vectors; ++v) g.p[v] = scores + v * g.ld + (b - g.first_key);
+    WithRows<T>(c, 1, koff, b, n, hd, g.vectors, s, [&](auto values) { WeighBlock(g, values, n, hd); });
+  });
+  for (int v = 0; v < g.vectors; ++v) {
+    const __m256 inv = _mm256_set1_ps(s.inv_sum[v]);
+    float* o = g.out[v];
+    int d = 0;
+    for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), inv));
+    for (; d < hd; ++d) o[d] *= s.inv_sum[v];
+  }
+}
+
 template <typename T>
 void AttendRows(const AttentionChunk& c, int h0, int h1, int kv_head, int hd, int64_t row_begin, int64_t row_end,
-                std::vector<float>& s) {
-  const int64_t koff = int64_t(kv_head) * hd;
+                AttentionScratch& s) {
   const int heads = h1 - h0;
-  for (int64_t i = row_begin; i < row_end; ++i) {
-    const int64_t p = c.pos0 + i;
-    const int64_t lo = c.window > 0 ? std::max<int64_t>(0, p - c.window + 1) : 0;
-    const int64_t hi = LastKey(c, p);
-    const int64_t nk = hi - lo + 1;
-    const float* q = c.q + i * c.q_stride + int64_t(h0) * hd;
-    s.resize(static_cast<size_t>(nk * heads + heads));  // s[g * nk + (j - lo)], then 1/sum per head
-    const int64_t cached_end = std::min(p + 1, c.pos0);  // keys [lo, cached_end) come from the cache
-    for (int64_t j = lo; j <= hi; ++j) {
-      for (int g = 0; g < heads; ++g) {
-        s[g * nk + (j - lo)] = j < cached_end ? Dot(q + g * hd, c.cache->K<T>(j) + koff, hd)
-                                              : Dot(q + g * hd, c.k_new + (j - c.pos0) * c.kv_stride + koff, hd);
-      }
-    }
-    float* inv_sum = s.data() + nk * heads;
-    for (int g = 0; g < heads; ++g) {
-      float* sg = s.data() + g * nk;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < nk; ++j) mx = std::max(mx, sg[j]);
-      double sum = 0;
-      for (int64_t j = 0; j < nk; ++j) {
-        sg[j] = std::exp(sg[j] - mx);
-        sum += sg[j];
-      }
-      inv_sum[g] = static_cast<float>(1.0 / sum);
-      std::memset(c.out + i * c.out_stride + int64_t(h0 + g) * hd, 0, sizeof(float) * hd);
-    }
-    for (int64_t j = lo; j <= hi; ++j) {
-      for (int g = 0; g < heads; ++g) {
-        float* out = c.out + i * c.out_stride + int64_t(h0 + g) * hd;
-        if (j < cached_end) {
-          Axpy(s[g * nk + (j - lo)], c.cache->V<T>(j) + koff, out, hd);
-        } else {
-          Axpy(s[g * nk + (j - lo)], c.v_new + (j - c.pos0) * c.kv_stride + koff, out, hd);
-        }
-      }
-    }
-    for (int g = 0; g < heads; ++g) {
-      float* out = c.out + i * c.out_stride + int64_t(h0 + g) * hd;
-      for (int d = 0; d < hd; ++d) out[d] *= inv_sum[g];
-    }
+  const int64_t rows_per_group = std::max(1, kGroupVectors / heads);
+  for (int64_t r = row_begin; r < row_end; r += rows_per_group) {
+    AttendGroup<T>(c, h0, heads, kv_head, hd, r, std::min(row_end, r + rows_per_group), s);
   }
 }
 
 }  // namespace
 
 void AttendHeads(const AttentionChunk& c, int head_begin, int head_end, int kv_head, int head_dim,
-                 int64_t row_begin, int64_t row_end, std::vector<float>& scores) {
+                 int64_t row_begin, int64_t row_end, AttentionScratch& scratch) {
   if (c.precision == Precision::kFp32) {
-    AttendRows<float>(c, head_begin, head_end, kv_head, head_dim, row_begin, row_end, scores);
+    AttendRows<float>(c, head_begin, head_end, kv_head, head_dim, row_begin, row_end, scratch);
   } else {
-    AttendRows<uint16_t>(c, head_begin, head_end, kv_head, head_dim, row_begin, row_end, scores);
+    AttendRows<uint16_t>(c, head_begin, head_end, kv_head, head_dim, row_begin, row_end, scratch);
   }
 }
 

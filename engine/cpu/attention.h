@@ -34,12 +34,24 @@ struct AttentionChunk {
   absl::Span<const PositionRange> image_blocks = {};
 };
 
+// Working memory of AttendHeads, one per thread, reused from call to call (it only grows).
+struct AttentionScratch {
+  std::vector<float> scores;  // [query vectors][keys]
+  std::vector<float> wide;    // a block of bf16 rows widened to fp32
+  std::vector<float> inv_sum;
+  std::vector<const float*> f32_rows;
+  std::vector<const uint16_t*> bf16_rows;
+  std::vector<const float*> q;
+  std::vector<float*> out;
+  std::vector<float*> p;
+};
+
 // Rows [row_begin, row_end) of the query heads [head_begin, head_end), which must all read kv_head
-// (one GQA group or part of one): each cached key and value row is read once for all of them. Keys are
-// visited in position order whatever the chunking, so results are independent of chunk size and of how
-// heads are grouped into calls.
+// (one GQA group or part of one): each key and value block is read once for a group of them. Every
+// score and output value is computed in one fixed order (keys in position order) whatever the
+// chunking, the rows or heads given to a call, or the thread, so results depend only on the query.
 void AttendHeads(const AttentionChunk& c, int head_begin, int head_end, int kv_head, int head_dim,
-                 int64_t row_begin, int64_t row_end, std::vector<float>& scores);
+                 int64_t row_begin, int64_t row_end, AttentionScratch& scratch);
 
 // Copies the chunk's keys and values into the cache (only those a ring will still hold).
 void StoreChunk(const AttentionChunk& c);

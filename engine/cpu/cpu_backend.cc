@@ -1,6 +1,8 @@
 #include "engine/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -18,7 +20,18 @@ namespace {
 // Query rows per attention task: small enough to spread a prefill chunk over the threads.
 constexpr int64_t kAttentionRowsPerTask = 16;
 
+std::atomic<int64_t> attention_ns{0}, matmul_ns{0};
+
+void AddSince(std::atomic<int64_t>& total, std::chrono::steady_clock::time_point start) {
+  total.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count(),
+      std::memory_order_relaxed);
+}
+
 }  // namespace
+
+int64_t CpuBackend::attention_nanos() { return attention_ns.load(std::memory_order_relaxed); }
+int64_t CpuBackend::matmul_nanos() { return matmul_ns.load(std::memory_order_relaxed); }
 
 CpuBackend::CpuBackend(const ModelWeights& weights, Precision precision, ThreadPool& pool)
     : w_(weights), cfg_(weights.config()), precision_(precision), pool_(pool) {
@@ -43,7 +56,9 @@ absl::StatusOr<std::unique_ptr<SequenceState>> CpuBackend::NewSequenceFrom(const
 }
 
 void CpuBackend::Matmul(const float* x, int64_t m, const Bf16Matrix& w, float* y) {
+  const auto start = std::chrono::steady_clock::now();
   MatmulBf16(x, m, w.cols, w.data, w.rows, y, pool_, precision_ == Precision::kBf16);
+  AddSince(matmul_ns, start);
 }
 
 absl::Status CpuBackend::Embed(absl::Span<const int32_t> ids, float* hidden) {
@@ -201,15 +216,21 @@ void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
     }
     row0 += s.n;
   }
-  pool_.ParallelFor(static_cast<int64_t>(tasks.size()), [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> scores;
-    for (int64_t t = b; t < e; ++t) {
+  // Tasks differ in cost (a causal prefill's last rows see many more keys than its first), so threads
+  // take them one by one rather than in fixed shares. A task's results do not depend on the thread
+  // that runs it.
+  const auto attention_start = std::chrono::steady_clock::now();
+  std::atomic<int64_t> next_task{0};
+  pool_.ParallelFor(pool_.size(), [&](int64_t, int64_t) {
+    thread_local AttentionScratch scratch;
+    for (int64_t t; (t = next_task.fetch_add(1, std::memory_order_relaxed)) < static_cast<int64_t>(tasks.size());) {
       const Task& task = tasks[t];
       AttendHeads(chunks[task.chunk], task.head_begin, task.head_end, task.head_begin / group, hd, task.row_begin,
-                  task.row_end, scores);
+                  task.row_end, scratch);
     }
   });
   for (const AttentionChunk& c : chunks) StoreChunk(c);
+  AddSince(attention_ns, attention_start);
 
   Matmul(attn_.data(), M, L.o_proj, o_.data());
   pool_.ParallelFor(M, [&](int64_t b, int64_t e) {

@@ -32,6 +32,11 @@ class CpuBackend final : public LayerBackend {
   absl::Status EmbedAudio(const float* samples, int64_t tokens, float* out) override;
   absl::Status Logits(const float* hidden, int64_t rows, float* logits) override;
 
+  // Wall time every CpuBackend of this process has spent in attention (scores, softmax, weighting and
+  // KV stores) and in the layers' matmuls, for benchmarks' breakdowns.
+  static int64_t attention_nanos();
+  static int64_t matmul_nanos();
+
   const ModelWeights& weights() const override { return w_; }
   Precision precision() const override { return precision_; }
 

@@ -7,24 +7,10 @@
 
 #include "engine/model/bf16.h"
 
+// glibc's libmvec: tanhf on 8 lanes (AVX2), each lane computed alone.
+extern "C" __m256 _ZGVdN8v_tanhf(__m256);
+
 namespace layerpipe {
-namespace {
-
-inline float HorizontalSum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  __m128 s = _mm_add_ps(lo, hi);
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline __m256 LoadBf16(const uint16_t* p) {
-  __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
-}
-
-}  // namespace
-
 void RmsNorm(const float* x, const float* w, int64_t n, double eps, float* out) {
   double ss = 0;
   for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
@@ -77,47 +63,24 @@ void ApplyRope(float* x, int heads, int head_dim, const float* cos_sin, int rota
 }
 
 void GeluTanhMul(float* g, const float* u, int64_t n) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = g[i];
-    g[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x))) * u[i];
+  // 8 values at a time through glibc's vector tanhf; the tail goes through the same vector call so
+  // a value's result never depends on where it sits in the row.
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f), c = _mm256_set1_ps(0.044715f),
+               s = _mm256_set1_ps(0.7978845608028654f);
+  auto gelu_mul = [&](__m256 x, __m256 v) {
+    const __m256 inner = _mm256_mul_ps(s, _mm256_add_ps(x, _mm256_mul_ps(_mm256_mul_ps(c, x), _mm256_mul_ps(x, x))));
+    const __m256 t = _ZGVdN8v_tanhf(inner);
+    return _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, t)), v);
+  };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(g + i, gelu_mul(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+  if (i < n) {
+    alignas(32) float x[8] = {}, v[8] = {};
+    std::memcpy(x, g + i, sizeof(float) * (n - i));
+    std::memcpy(v, u + i, sizeof(float) * (n - i));
+    _mm256_store_ps(x, gelu_mul(_mm256_load_ps(x), _mm256_load_ps(v)));
+    std::memcpy(g + i, x, sizeof(float) * (n - i));
   }
-}
-
-float Dot(const float* a, const float* b, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-  float s = HorizontalSum(acc);
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-float Dot(const float* a, const uint16_t* b, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LoadBf16(b + i), acc);
-  float s = HorizontalSum(acc);
-  for (; i < n; ++i) s += a[i] * Bf16ToF32(b[i]);
-  return s;
-}
-
-void Axpy(float a, const float* x, float* y, int64_t n) {
-  const __m256 va = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  }
-  for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
-}
-
-void Axpy(float a, const uint16_t* x, float* y, int64_t n) {
-  const __m256 va = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, LoadBf16(x + i), _mm256_loadu_ps(y + i)));
-  }
-  for (; i < n; ++i) y[i] = std::fma(a, Bf16ToF32(x[i]), y[i]);
 }
 
 void RoundToBf16InPlace(float* x, int64_t n) {

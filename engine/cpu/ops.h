@@ -1,6 +1,5 @@
-// Row-wise CPU kernels of the forward pass: norms, rotary, activation, and the fixed-order dot/axpy that
-// attention is built from. Every reduction runs in one fixed order per row, so a row's result never
-// depends on what else is in the batch.
+// Row-wise CPU kernels of the forward pass: norms, rotary, activation, bf16 rounding. Every reduction
+// runs in one fixed order per row, so a row's result never depends on what else is in the batch.
 #ifndef LAYERPIPE_ENGINE_CPU_OPS_H_
 #define LAYERPIPE_ENGINE_CPU_OPS_H_
 
@@ -29,12 +28,6 @@ int RotaryPairs(const std::vector<double>& inv_freq);
 
 // gelu_tanh(g) ⊙ u, into g.
 void GeluTanhMul(float* g, const float* u, int64_t n);
-
-// Fixed-order (8 lanes, then a fixed horizontal sum) dot products and y += a·x.
-float Dot(const float* a, const float* b, int64_t n);
-float Dot(const float* a, const uint16_t* b_bf16, int64_t n);
-void Axpy(float a, const float* x, float* y, int64_t n);
-void Axpy(float a, const uint16_t* x_bf16, float* y, int64_t n);
 
 // Rounds every value to the nearest bf16 (kept as fp32), as the bf16 precision mode stores it.
 void RoundToBf16InPlace(float* x, int64_t n);

@@ -3,6 +3,7 @@
 #define LAYERPIPE_ENGINE_MODEL_SAFETENSORS_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model/huge_pages.h"
 
 namespace layerpipe {
 
@@ -58,6 +60,7 @@ class SafetensorsFile {
 
   const TensorInfo* Find(std::string_view name) const;
   const std::map<std::string, TensorInfo, std::less<>>& tensors() const { return tensors_; }
+  const MappedFile& mapping() const { return *file_; }
 
  private:
   std::unique_ptr<MappedFile> file_;
@@ -69,7 +72,11 @@ class SafetensorsFile {
 class Checkpoint {
  public:
   using NameFilter = std::function<bool(std::string_view)>;
-  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir, const NameFilter& wanted);
+  // huge_pages: copy the wanted tensors of each shard into anonymous memory in huge pages
+  // (engine/model/huge_pages.h) and let the page cache drop the file's pages; otherwise they are read
+  // in place from the mapping.
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir, const NameFilter& wanted,
+                                                          bool huge_pages = false);
 
   const TensorInfo* Find(std::string_view name) const;
   bool Has(std::string_view name) const { return Find(name) != nullptr; }
@@ -79,6 +86,9 @@ class Checkpoint {
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorInfo*, std::less<>> by_name_;
+  // With huge pages: the copies and what they point into.
+  std::vector<std::unique_ptr<HugePageBuffer>> buffers_;
+  std::deque<TensorInfo> copies_;
 };
 
 // One tensor to be written by WriteSafetensors.

@@ -163,7 +163,8 @@ absl::Status LoadEmbedders(const ModelConfig& c, Loader& ld, std::unique_ptr<Vis
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& model_dir,
                                                                  const ModelConfig& config,
-                                                                 const WeightSelection& sel) {
+                                                                 const WeightSelection& sel,
+                                                                 const WeightLoadOptions& options) {
   if (sel.layer_begin < 0 || sel.layer_end > config.num_layers || sel.layer_begin > sel.layer_end) {
     return absl::InvalidArgumentError(absl::StrCat("layer range [", sel.layer_begin, ", ", sel.layer_end,
                                                    ") is outside the model's ", config.num_layers, " layers"));
@@ -182,7 +183,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     }
     return false;
   };
-  auto ckpt = Checkpoint::Open(model_dir, wanted);
+  auto ckpt = Checkpoint::Open(model_dir, wanted, options.huge_pages);
   if (!ckpt.ok()) return ckpt.status();
 
   auto w = std::unique_ptr<ModelWeights>(new ModelWeights());

@@ -50,10 +50,17 @@ struct WeightSelection {
   bool head = false;
 };
 
+// huge_pages: copy the weights into memory backed by huge pages (engine/model/huge_pages.h) instead of
+// reading them in place from the mapped files; for stages that compute on the host.
+struct WeightLoadOptions {
+  bool huge_pages = false;
+};
+
 class ModelWeights {
  public:
   static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const std::string& model_dir, const ModelConfig& config,
-                                                            const WeightSelection& sel);
+                                                            const WeightSelection& sel,
+                                                            const WeightLoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const WeightSelection& selection() const { return sel_; }

@@ -194,5 +194,49 @@ TEST(WeightsLoaderTest, MissingConfigIsNamed) {
   ExpectMentions(LoadAll(dir), {dir + "/config.json"});
 }
 
+// Weights copied into huge pages are the mapped bytes, in memory of their own, and the engine's logits
+// do not depend on where its weights live.
+TEST(WeightsLoaderTest, HugePageCopiesHoldTheMappedBytes) {
+  const std::string dir = testing_util::MakeCheckpoint("huge_pages", testing_util::SmallModel());
+  auto c = LoadModelConfig(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const WeightSelection all{0, c->num_layers, true, true};
+  auto mapped = ModelWeights::Load(dir, *c, all, {.huge_pages = false});
+  auto copied = ModelWeights::Load(dir, *c, all, {.huge_pages = true});
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  auto same = [](const Bf16Matrix& a, const Bf16Matrix& b) {
+    ASSERT_EQ(a.rows, b.rows);
+    ASSERT_EQ(a.cols, b.cols);
+    EXPECT_NE(a.data, b.data);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data) % 64, 0u);
+    EXPECT_EQ(std::memcmp(a.data, b.data, sizeof(uint16_t) * a.rows * a.cols), 0);
+  };
+  same((*mapped)->embed_tokens(), (*copied)->embed_tokens());
+  for (int l = 0; l < c->num_layers; ++l) {
+    const LayerWeights &a = (*mapped)->layer(l), &b = (*copied)->layer(l);
+    for (auto m : {&LayerWeights::q_proj, &LayerWeights::k_proj, &LayerWeights::o_proj, &LayerWeights::gate_proj,
+                   &LayerWeights::up_proj, &LayerWeights::down_proj}) {
+      same(a.*m, b.*m);
+    }
+    EXPECT_EQ(a.q_norm, b.q_norm);
+  }
+  std::vector<float> logits[2];
+  for (bool huge : {false, true}) {
+    EngineOptions o;
+    o.precision = Precision::kFp32;
+    o.huge_pages = huge;
+    auto e = Engine::Load(dir, o);
+    ASSERT_TRUE(e.ok()) << e.status();
+    auto kv = (*e)->NewSequence();
+    const std::vector<int32_t> ids = {2, 17, 33, 5, 9};
+    StepInput in{kv.get(), ids};
+    auto r = (*e)->Step({&in, 1});
+    ASSERT_TRUE(r.ok()) << r.status();
+    logits[huge] = std::move(r->front());
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+}
+
 }  // namespace
 }  // namespace layerpipe

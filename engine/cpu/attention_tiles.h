@@ -1,0 +1,110 @@
+// Register-tiled building blocks of CPU attention (engine/cpu/attention.cc). Each tile computes a
+// block of results that the straightforward loops would compute one at a time, in the same order per
+// result, so a score or an output value never depends on which tile, block or thread produced it:
+//  - a score is an 8-lane fused multiply-add over the head dims, then a fixed horizontal sum
+//    (then a scalar fused tail when head_dim is not a multiple of 8);
+//  - an output value is a chain of fused multiply-adds over the keys in position order.
+// Rows are fp32 or bf16 (uint16_t bits, widened exactly), read through one pointer per row so a ring
+// that wraps, cache pages and the chunk's own rows all look alike.
+#ifndef LAYERPIPE_ENGINE_CPU_ATTENTION_TILES_H_
+#define LAYERPIPE_ENGINE_CPU_ATTENTION_TILES_H_
+
+#include <immintrin.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+namespace layerpipe::attention_tiles {
+
+// Query vectors per tile, keys per score tile, 8-float vectors of dims per output tile: 12 accumulators
+// plus the loads fit the 16 ymm registers.
+constexpr int kQueries = 4;
+constexpr int kKeys = 3;
+constexpr int kDimVectors = 3;
+
+inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 Load8(const uint16_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+}
+inline float Widen(float v) { return v; }
+inline float Widen(uint16_t v) { return std::bit_cast<float>(uint32_t{v} << 16); }
+
+// Fixed tree: (l0+l4, l1+l5, l2+l6, l3+l7) -> pairs (0,2), (1,3) -> final.
+inline float HorizontalSum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// scores[r * ld + c] = q[r] · k[c] over hd dims, for Q query vectors and K keys.
+template <int Q, int K, typename T>
+inline void ScoreTile(const float* const* q, const T* const* k, int hd, float* scores, int64_t ld) {
+  __m256 acc[Q][K];
+#pragma GCC unroll 4
+  for (int r = 0; r < Q; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < K; ++c) acc[r][c] = _mm256_setzero_ps();
+  int d = 0;
+  for (; d + 8 <= hd; d += 8) {
+    __m256 kv[K];
+#pragma GCC unroll 4
+    for (int c = 0; c < K; ++c) kv[c] = Load8(k[c] + d);
+#pragma GCC unroll 4
+    for (int r = 0; r < Q; ++r) {
+      const __m256 qv = _mm256_loadu_ps(q[r] + d);
+#pragma GCC unroll 4
+      for (int c = 0; c < K; ++c) acc[r][c] = _mm256_fmadd_ps(qv, kv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < Q; ++r) {
+    for (int c = 0; c < K; ++c) {
+      float s = HorizontalSum(acc[r][c]);
+      for (int t = d; t < hd; ++t) s = std::fma(q[r][t], Widen(k[c][t]), s);
+      scores[r * ld + c] = s;
+    }
+  }
+}
+
+// out[r][d0 .. d0 + 8·V) += Σ_j p[r][j] · v[j][d0 ..] for j in [0, keys), in j order.
+template <int Q, int V, typename T>
+inline void WeighTile(const float* const* p, const T* const* v, int64_t keys, int d0, float* const* out) {
+  __m256 acc[Q][V];
+#pragma GCC unroll 4
+  for (int r = 0; r < Q; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < V; ++c) acc[r][c] = _mm256_loadu_ps(out[r] + d0 + 8 * c);
+  for (int64_t j = 0; j < keys; ++j) {
+    __m256 vv[V];
+#pragma GCC unroll 4
+    for (int c = 0; c < V; ++c) vv[c] = Load8(v[j] + d0 + 8 * c);
+#pragma GCC unroll 4
+    for (int r = 0; r < Q; ++r) {
+      const __m256 pr = _mm256_broadcast_ss(p[r] + j);
+#pragma GCC unroll 4
+      for (int c = 0; c < V; ++c) acc[r][c] = _mm256_fmadd_ps(pr, vv[c], acc[r][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < Q; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < V; ++c) _mm256_storeu_ps(out[r] + d0 + 8 * c, acc[r][c]);
+}
+
+// The dims past the last whole vector, one scalar fused multiply-add chain each.
+template <typename T>
+inline void WeighTail(const float* const* p, int queries, const T* const* v, int64_t keys, int d0, int hd,
+                      float* const* out) {
+  for (int r = 0; r < queries; ++r) {
+    for (int d = d0; d < hd; ++d) {
+      float acc = out[r][d];
+      for (int64_t j = 0; j < keys; ++j) acc = std::fma(p[r][j], Widen(v[j][d]), acc);
+      out[r][d] = acc;
+    }
+  }
+}
+
+}  // namespace layerpipe::attention_tiles
+
+#endif  // LAYERPIPE_ENGINE_CPU_ATTENTION_TILES_H_

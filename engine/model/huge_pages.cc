@@ -1,0 +1,66 @@
+#include "engine/model/huge_pages.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace layerpipe {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+size_t RoundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HugePageBuffer>> HugePageBuffer::Allocate(size_t bytes) {
+  const size_t size = RoundUp(std::max<size_t>(bytes, 1), kHugePage);
+  // Over-allocate by one huge page and trim, so the buffer starts on a 2 MiB boundary (a huge page can
+  // only back an aligned 2 MiB range).
+  void* raw = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", size, " bytes for the weights: ", std::strerror(errno)));
+  }
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = RoundUp(begin, kHugePage);
+  if (aligned > begin) munmap(raw, aligned - begin);
+  const uintptr_t end = begin + size + kHugePage;
+  if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - aligned - size);
+  auto* data = reinterpret_cast<uint8_t*>(aligned);
+  madvise(data, size, MADV_HUGEPAGE);  // refused where THP is off: the copy still works, in small pages
+  return std::unique_ptr<HugePageBuffer>(new HugePageBuffer(data, size));
+}
+
+HugePageBuffer::~HugePageBuffer() { munmap(data_, size_); }
+
+size_t HugePageBuffer::huge_bytes() const {
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data_), end = begin + size_;
+  size_t huge = 0;
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      inside = lo >= begin && hi <= end;  // a mapping line; the kernel may have split ours in several
+      continue;
+    }
+    if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+      size_t kb = 0;
+      std::istringstream(line.substr(14)) >> kb;
+      huge += kb * 1024;
+    }
+  }
+  return huge;
+}
+
+}  // namespace layerpipe
