@@ -29,6 +29,10 @@ constexpr int64_t kStreamMaxRows = 64;
 // block; the x tile (4 rows x kBlockK) stays in L1. Larger blocks measured no better.
 constexpr int64_t kBlockCols = 48;
 constexpr int64_t kBlockK = 1024;
+// Rows are taken this many at a time, so a k block of their x (512 x 1024 fp32, 2 MiB) and their
+// parked partial sums stay in cache while the weight blocks go past; with all rows of a long prefill
+// chunk at once both would come from DRAM for every column block.
+constexpr int64_t kBlockRows = 512;
 // How far ahead (in weight elements, 512 bytes of bf16) each weight row is prefetched.
 constexpr int64_t kPrefetchAhead = 256;
 
@@ -226,10 +230,11 @@ void StreamColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
   }
 }
 
-void BlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
+void BlockedRows(const Avx2Problem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
   const int64_t kp = RoundUp(p.k, kAvx2KStep);
   float* packed = ThreadScratch<float, Slot::kPackedWeights>(kBlockCols * std::min(kBlockK, kp));
-  float* park = kp > kBlockK ? ThreadScratch<float, Slot::kPartialSums>(p.m * kBlockCols * 8) : nullptr;
+  float* park =
+      kp > kBlockK ? ThreadScratch<float, Slot::kPartialSums>((i_end - i_begin) * kBlockCols * 8) : nullptr;
 
   for (int64_t jc = j_begin; jc < j_end; jc += kBlockCols) {
     const int64_t nc = std::min(kBlockCols, j_end - jc);
@@ -240,17 +245,21 @@ void BlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
       for (int64_t t = 0; t < nc; t += kCols) {
         kPackers[std::min<int64_t>(kCols, nc - t) - 1](p, jc + t, q0, len, packed + t * len);
       }
-      for (int64_t i = 0; i < p.m; i += kRows) {
-        const int64_t rows = std::min<int64_t>(kRows, p.m - i);
+      for (int64_t i = i_begin; i < i_end; i += kRows) {
+        const int64_t rows = std::min<int64_t>(kRows, i_end - i);
         for (int64_t t = 0; t < nc; t += kCols) {
           const int64_t cols = std::min<int64_t>(kCols, nc - t);
           kBlockTiles[rows - 1][cols - 1](p, i, jc + t, q0, len, packed + t * len,
-                                          park ? park + (i * kBlockCols + t) * 8 : nullptr, kBlockCols,
-                                          first, last);
+                                          park ? park + ((i - i_begin) * kBlockCols + t) * 8 : nullptr,
+                                          kBlockCols, first, last);
         }
       }
     }
   }
+}
+
+void BlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
+  for (int64_t i = 0; i < p.m; i += kBlockRows) BlockedRows(p, i, std::min(p.m, i + kBlockRows), j_begin, j_end);
 }
 
 }  // namespace

@@ -186,20 +186,23 @@ bool SameBits(const float* a, const float* b, int64_t count) {
 }
 
 // Every row of a big batch equals the same row computed alone (m = 1), and the same row placed at
-// various positions among unrelated rows of batches of various sizes (decode and prefill kernels).
+// various positions among unrelated rows of batches of various sizes (decode and prefill kernels). The
+// big batch spans several of the blocked kernel's row blocks (512 rows).
 TEST(MatmulTest, RowResultsIndependentOfBatchCompositionAndPosition) {
   ThreadPool pool(2);
   for (int64_t k : {96, 160, 3840}) {
     const int64_t n = 53;
-    const Problem full = MakeProblem(300, k, n, static_cast<uint32_t>(k));
+    const Problem full = MakeProblem(1100, k, n, static_cast<uint32_t>(k));
     for (MatmulIsa isa : RunnableIsas()) {
       for (bool x_as_bf16 : {true, false}) {
         const std::vector<float> y_full = Compute(isa, full, pool, x_as_bf16);
-        for (int64_t i = 0; i < full.m; i += (k == 3840 ? 23 : 7)) {
+        std::vector<int64_t> rows = {511, 512, 515, 516, 1023, 1024, full.m - 1};  // the row blocks' edges
+        for (int64_t i = 0; i < full.m; i += (k == 3840 ? 23 : 7)) rows.push_back(i);
+        for (int64_t i : rows) {
           Problem one{1, k, n, std::vector<float>(full.x.begin() + i * k, full.x.begin() + (i + 1) * k), full.w};
           const std::vector<float> y_one = Compute(isa, one, pool, x_as_bf16);
           ASSERT_TRUE(SameBits(y_one.data(), y_full.data() + i * n, n))
-              << Label(isa, x_as_bf16) << " k=" << k << " row " << i << " alone vs in a batch of 300";
+              << Label(isa, x_as_bf16) << " k=" << k << " row " << i << " alone vs in a batch of " << full.m;
         }
         // Row 17 of `full` placed at several positions inside other batches.
         const int64_t target = 17;
