@@ -75,7 +75,6 @@ constexpr auto kWeighTiles = WeighTable<T>(std::make_integer_sequence<int, kQuer
 // One group: query vectors v = (row, head) in row-major order, with their valid key ranges.
 struct Group {
   int vectors;
-  int heads;
   int64_t first_key, keys;  // the union of the rows' key ranges
   int64_t ld;               // scores row stride
   const float** q;
@@ -129,12 +128,8 @@ void WithRows(const AttentionChunk& c, int which, int64_t koff, int64_t b, int64
     if (vectors > kQueries) {
       s.wide.resize(static_cast<size_t>(n * hd));
       for (int64_t j = 0; j < n; ++j) {
-        const uint16_t* src = row(b + j);
-        float* dst = s.wide.data() + j * hd;
-        int d = 0;
-        for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(dst + d, Load8(src + d));
-        for (; d < hd; ++d) dst[d] = Widen(src[d]);
-        s.f32_rows[j] = dst;
+        Bf16ToF32Row(row(b + j), s.wide.data() + j * hd, hd);
+        s.f32_rows[j] = s.wide.data() + j * hd;
       }
       fn(s.f32_rows.data());
       return;
@@ -206,7 +201,6 @@ void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd
                  int64_t row_end, AttentionScratch& s) {
   const int64_t koff = int64_t(kv_head) * hd;
   Group g;
-  g.heads = heads;
   g.vectors = static_cast<int>((row_end - row_begin) * heads);
   g.first_key = FirstKey(c, c.pos0 + row_begin);
   g.keys = LastKey(c, c.pos0 + row_end - 1) - g.first_key + 1;

@@ -11,9 +11,11 @@
 
 #include <immintrin.h>
 
-#include <bit>
 #include <cmath>
 #include <cstdint>
+
+#include "engine/cpu/avx2_sum.h"
+#include "engine/model/bf16.h"
 
 namespace layerpipe::attention_tiles {
 
@@ -24,19 +26,9 @@ constexpr int kKeys = 3;
 constexpr int kDimVectors = 3;
 
 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 Load8(const uint16_t* p) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
-}
+inline __m256 Load8(const uint16_t* p) { return Bf16x8ToF32(p); }
 inline float Widen(float v) { return v; }
-inline float Widen(uint16_t v) { return std::bit_cast<float>(uint32_t{v} << 16); }
-
-// Fixed tree: (l0+l4, l1+l5, l2+l6, l3+l7) -> pairs (0,2), (1,3) -> final.
-inline float HorizontalSum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
+inline float Widen(uint16_t v) { return Bf16ToF32(v); }
 
 // scores[r * ld + c] = q[r] · k[c] over hd dims, for Q query vectors and K keys.
 template <int Q, int K, typename T>

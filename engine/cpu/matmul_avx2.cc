@@ -13,7 +13,9 @@
 #include <cstring>
 #include <utility>
 
+#include "engine/cpu/avx2_sum.h"
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/model/bf16.h"
 
 namespace layerpipe::matmul_internal {
 namespace {
@@ -36,17 +38,7 @@ constexpr int64_t kBlockRows = 512;
 // How far ahead (in weight elements, 512 bytes of bf16) each weight row is prefetched.
 constexpr int64_t kPrefetchAhead = 256;
 
-inline __m256 WidenBf16(const uint16_t* p) {
-  const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
-}
-
-// Fixed tree: (l0+l4, l1+l5, l2+l6, l3+l7) -> pairs (0,2), (1,3) -> final.
-inline float HorizontalSum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
+inline __m256 WidenBf16(const uint16_t* p) { return Bf16x8ToF32(p); }
 
 // Weight sources: Load(c, q) returns w[col c][q .. q+8) as fp32. Sources read straight from the
 // (mmapped) weights also prefetch: the hardware prefetcher alone leaves a core well short of its

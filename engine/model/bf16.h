@@ -64,13 +64,16 @@ inline void F32ToBf16Row(const float* src, uint16_t* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = F32ToBf16(src[i]);
 }
 
+// Bf16ToF32 of src[0 .. 8) (exact: the bits move to the upper half of each lane).
+inline __m256 Bf16x8ToF32(const uint16_t* src) {
+  const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+}
+
 // dst[i] = Bf16ToF32(src[i]).
 inline void Bf16ToF32Row(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
-    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
-  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, Bf16x8ToF32(src + i));
   for (; i < n; ++i) dst[i] = Bf16ToF32(src[i]);
 }
 

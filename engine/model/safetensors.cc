@@ -233,7 +233,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     const std::string& shard = shard_names[i];
     auto f = SafetensorsFile::Open(dir + "/" + shard);
     if (!f.ok()) return f.status();
-    size_t wanted_bytes = 0, all_bytes = 0;
+    size_t wanted_bytes = 0, copy_bytes = 0, all_bytes = 0;
     const auto read_start = std::chrono::steady_clock::now();
     std::vector<const TensorInfo*> mine;
     for (const auto& [name, info] : (*f)->tensors()) {
@@ -242,11 +242,12 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
       auto it = index_map.find(name);
       if (!index_map.empty() && (it == index_map.end() || it->second != shard)) continue;
       mine.push_back(&info);
-      wanted_bytes += RoundUp64(info.nbytes);
+      wanted_bytes += info.nbytes;
+      copy_bytes += RoundUp64(info.nbytes);
     }
     std::string where = "in place";
     if (huge_pages && !mine.empty()) {
-      auto buffer = HugePageBuffer::Allocate(wanted_bytes);
+      auto buffer = HugePageBuffer::Allocate(copy_bytes);
       if (!buffer.ok()) return buffer.status();
       // Read with pread rather than copied from the mapping: no page faults on the file's pages.
       const MappedFile& mapping = (*f)->mapping();
