@@ -1,6 +1,8 @@
 // Attention as tiled matrix work: a group of query vectors (rows × the heads of one GQA group) is
-// scored against blocks of keys with register tiles (attention_tiles.h), the scores go through an
-// exact two-pass softmax per query vector, and the weights multiply blocks of values the same way.
+// scored against blocks of keys with register tiles (attention_tiles.h), segment by segment of keys;
+// within a segment the scores go through an exact two-pass softmax per query vector and the weights
+// multiply blocks of values the same way; the segments' partial results are then combined
+// (flash-decoding's arithmetic, whether or not the segments ran on different threads).
 // bf16 key and value rows are widened to fp32 once per block when several tiles of queries reuse
 // them. Every score, weight and output value is computed by the same arithmetic whatever the group,
 // block or tile it falls in, so results depend only on a query and the keys it sees.
@@ -16,7 +18,7 @@
 #include <utility>
 
 #include "engine/cpu/attention_tiles.h"
-#include "engine/cpu/ops.h"
+#include "engine/model/bf16.h"
 
 // glibc's libmvec: expf on 8 lanes (AVX2), each lane computed alone, within 3 ulp of exp.
 extern "C" __m256 _ZGVdN8v_expf(__m256);
@@ -28,9 +30,6 @@ using namespace attention_tiles;
 
 // Keys whose rows are handled (and, for bf16, widened) together: 64 × 512 fp32 = 128 KiB, in L2.
 constexpr int64_t kKeyBlock = 64;
-// Query vectors attended together: enough that a widened key block is reused, few enough that their
-// scores over a long context stay modest (32 × 32k keys = 4 MiB).
-constexpr int kGroupVectors = 32;
 
 // The last key query position p sees: itself, or the end of the image block it lies in.
 int64_t LastKey(const AttentionChunk& c, int64_t p) {
@@ -82,14 +81,15 @@ struct Group {
   float** p;  // each vector's weights at the current key block
 };
 
-// scores[v][j - first_key] for the keys [b, b + n) of one block.
+// scores[v][j - seg_begin] for the keys [b, b + n) of one block.
 template <typename T>
-void ScoreBlock(const Group& g, const T* const* keys, int64_t b, int64_t n, int hd, float* scores) {
+void ScoreBlock(const Group& g, const T* const* keys, int64_t b, int64_t n, int64_t seg_begin, int hd,
+                float* scores) {
   for (int r = 0; r < g.vectors; r += kQueries) {
     const int qn = std::min(kQueries, g.vectors - r);
     for (int64_t c = 0; c < n; c += kKeys) {
       const int kn = static_cast<int>(std::min<int64_t>(kKeys, n - c));
-      kScoreTiles<T>[qn - 1][kn - 1](g.q + r, keys + c, hd, scores + r * g.ld + (b - g.first_key) + c, g.ld);
+      kScoreTiles<T>[qn - 1][kn - 1](g.q + r, keys + c, hd, scores + r * g.ld + (b - seg_begin) + c, g.ld);
     }
   }
 }
@@ -143,11 +143,10 @@ void WithRows(const AttentionChunk& c, int which, int64_t koff, int64_t b, int64
   }
 }
 
-// Visits the group's keys in blocks that never straddle pos0 (cache rows before, chunk rows after).
+// Visits the keys [begin, end) in blocks that never straddle pos0 (cache rows before, chunk rows after).
 template <typename Fn>
-void ForKeyBlocks(const AttentionChunk& c, const Group& g, Fn&& fn) {
-  const int64_t end = g.first_key + g.keys;
-  for (int64_t b = g.first_key; b < end;) {
+void ForKeyBlocks(const AttentionChunk& c, int64_t begin, int64_t end, Fn&& fn) {
+  for (int64_t b = begin; b < end;) {
     int64_t e = std::min(end, b + kKeyBlock);
     if (b < c.pos0) e = std::min(e, c.pos0);
     fn(b, e - b);
@@ -155,10 +154,12 @@ void ForKeyBlocks(const AttentionChunk& c, const Group& g, Fn&& fn) {
   }
 }
 
+inline float VectorExp(float x) { return _mm256_cvtss_f32(_ZGVdN8v_expf(_mm256_set1_ps(x))); }
+
 // Turns one vector's scores over [lo, hi] (indices into its row) into unnormalized weights
-// exp(s - max), zero elsewhere in [0, keys); returns 1 / their sum. The sum runs in double over 8 lanes
-// (4 + 4) counted from lo, then the tail, so it depends only on the scores.
-float Softmax(float* s, int64_t keys, int64_t lo, int64_t hi) {
+// exp(s - max), zero elsewhere in [0, keys); gives the max and the weights' sum. The sum runs in double
+// over 8 lanes (4 + 4) counted from lo, then the tail, so it depends only on the scores.
+void SegmentSoftmax(float* s, int64_t keys, int64_t lo, int64_t hi, float* max, double* sum_out) {
   std::fill(s, s + lo, 0.0f);
   std::fill(s + hi + 1, s + keys, 0.0f);
   float* x = s + lo;
@@ -193,18 +194,32 @@ float Softmax(float* s, int64_t keys, int64_t lo, int64_t hi) {
       sum += t[l];
     }
   }
-  return static_cast<float>(1.0 / sum);
+  *max = mx;
+  *sum_out = sum;
 }
 
+// The keys [first, last] that the rows [row_begin, row_end) see together, and the segment of `first`.
+struct KeySpan {
+  int64_t first, last, first_segment;
+};
+
+KeySpan SpanOf(const AttentionChunk& c, int64_t row_begin, int64_t row_end) {
+  const int64_t first = FirstKey(c, c.pos0 + row_begin);
+  return {first, LastKey(c, c.pos0 + row_end - 1), first / kKeySegment};
+}
+
+// Segments [seg_begin, seg_end) of one group: per segment, scores of its keys, a softmax within the
+// segment per vector, and the weighted values, into the partials.
 template <typename T>
 void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd, int64_t row_begin,
-                 int64_t row_end, AttentionScratch& s) {
+                 int64_t row_end, int64_t seg_begin, int64_t seg_end, SegmentPartials& part, AttentionScratch& s) {
   const int64_t koff = int64_t(kv_head) * hd;
+  const KeySpan span = SpanOf(c, row_begin, row_end);
   Group g;
   g.vectors = static_cast<int>((row_end - row_begin) * heads);
-  g.first_key = FirstKey(c, c.pos0 + row_begin);
-  g.keys = LastKey(c, c.pos0 + row_end - 1) - g.first_key + 1;
-  g.ld = (g.keys + 7) / 8 * 8;
+  g.first_key = span.first;
+  g.keys = span.last - span.first + 1;
+  g.ld = kKeySegment;
   s.q.resize(g.vectors);
   s.out.resize(g.vectors);
   s.p.resize(g.vectors);
@@ -212,47 +227,104 @@ void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd
   g.out = s.out.data();
   g.p = s.p.data();
   for (int v = 0; v < g.vectors; ++v) {
-    const int64_t i = row_begin + v / heads;
-    const int64_t h = h0 + v % heads;
-    g.q[v] = c.q + i * c.q_stride + h * hd;
-    g.out[v] = c.out + i * c.out_stride + h * hd;
-    std::memset(g.out[v], 0, sizeof(float) * hd);
+    g.q[v] = c.q + (row_begin + v / heads) * c.q_stride + (h0 + v % heads) * hd;
   }
   s.scores.resize(static_cast<size_t>(g.vectors * g.ld));
   float* scores = s.scores.data();
 
-  ForKeyBlocks(c, g, [&](int64_t b, int64_t n) {
-    WithRows<T>(c, 0, koff, b, n, hd, g.vectors, s, [&](auto keys) { ScoreBlock(g, keys, b, n, hd, scores); });
-  });
-  s.inv_sum.resize(g.vectors);
-  for (int v = 0; v < g.vectors; ++v) {
-    const int64_t p = c.pos0 + row_begin + v / heads;
-    s.inv_sum[v] = Softmax(scores + v * g.ld, g.keys, FirstKey(c, p) - g.first_key, LastKey(c, p) - g.first_key);
+  for (int64_t seg = seg_begin; seg < seg_end; ++seg) {
+    const int64_t a = std::max(span.first, (span.first_segment + seg) * kKeySegment);
+    const int64_t e = std::min(span.last + 1, (span.first_segment + seg + 1) * kKeySegment);
+    ForKeyBlocks(c, a, e, [&](int64_t b, int64_t n) {
+      WithRows<T>(c, 0, koff, b, n, hd, g.vectors, s,
+                  [&](auto keys) { ScoreBlock(g, keys, b, n, a, hd, scores); });
+    });
+    for (int v = 0; v < g.vectors; ++v) {
+      const int64_t p = c.pos0 + row_begin + v / heads;
+      const int64_t lo = std::max(a, FirstKey(c, p)), hi = std::min(e - 1, LastKey(c, p));
+      float* row = scores + v * g.ld;
+      const int64_t at = v * part.segments + seg;
+      if (lo > hi) {  // the vector sees no key here: zero weights, and the combination skips it
+        std::fill(row, row + (e - a), 0.0f);
+        part.max[at] = -INFINITY;
+        part.sum[at] = 0;
+      } else {
+        SegmentSoftmax(row, e - a, lo - a, hi - a, &part.max[at], &part.sum[at]);
+      }
+      g.out[v] = part.out.data() + at * hd;
+      std::memset(g.out[v], 0, sizeof(float) * hd);
+    }
+    ForKeyBlocks(c, a, e, [&](int64_t b, int64_t n) {
+      for (int v = 0; v < g.vectors; ++v) g.p[v] = scores + v * g.ld + (b - a);
+      WithRows<T>(c, 1, koff, b, n, hd, g.vectors, s, [&](auto values) { WeighBlock(g, values, n, hd); });
+    });
   }
-  ForKeyBlocks(c, g, [&](int64_t b, int64_t n) {
-    for (int v = 0; v < g.vectors; ++v) g.p[v] = scores + v * g.ld + (b - g.first_key);
-    WithRows<T>(c, 1, koff, b, n, hd, g.vectors, s, [&](auto values) { WeighBlock(g, values, n, hd); });
-  });
-  for (int v = 0; v < g.vectors; ++v) {
-    const __m256 inv = _mm256_set1_ps(s.inv_sum[v]);
-    float* o = g.out[v];
+}
+
+// One vector's output from its segments, in segment order: scaled by exp(m_s - M) to the common
+// maximum M (exactly 1 for the segment that holds it), summed, then normalized.
+void CombineVector(const SegmentPartials& part, int64_t v, float* out) {
+  const int hd = part.head_dim;
+  const float* m = part.max.data() + v * part.segments;
+  float top = -INFINITY;
+  for (int64_t seg = 0; seg < part.segments; ++seg) top = std::max(top, m[seg]);
+  double sum = 0;
+  bool first = true;
+  for (int64_t seg = 0; seg < part.segments; ++seg) {
+    if (m[seg] == -INFINITY) continue;
+    const float scale = m[seg] == top ? 1.0f : VectorExp(m[seg] - top);
+    const float* o = part.out.data() + (v * part.segments + seg) * hd;
+    const __m256 sv = _mm256_set1_ps(scale);
     int d = 0;
-    for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), inv));
-    for (; d < hd; ++d) o[d] *= s.inv_sum[v];
+    if (first) {
+      for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(sv, _mm256_loadu_ps(o + d)));
+      for (; d < hd; ++d) out[d] = scale * o[d];
+      sum = double{scale} * part.sum[v * part.segments + seg];
+      first = false;
+    } else {
+      for (; d + 8 <= hd; d += 8) {
+        _mm256_storeu_ps(out + d, _mm256_fmadd_ps(sv, _mm256_loadu_ps(o + d), _mm256_loadu_ps(out + d)));
+      }
+      for (; d < hd; ++d) out[d] = std::fma(scale, o[d], out[d]);
+      sum += double{scale} * part.sum[v * part.segments + seg];
+    }
   }
+  const float inv = static_cast<float>(1.0 / sum);
+  const __m256 iv = _mm256_set1_ps(inv);
+  int d = 0;
+  for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_loadu_ps(out + d), iv));
+  for (; d < hd; ++d) out[d] *= inv;
 }
 
 template <typename T>
 void AttendRows(const AttentionChunk& c, int h0, int h1, int kv_head, int hd, int64_t row_begin, int64_t row_end,
                 AttentionScratch& s) {
   const int heads = h1 - h0;
-  const int64_t rows_per_group = std::max(1, kGroupVectors / heads);
+  const int64_t rows_per_group = std::max(1, kMaxSegmentVectors / heads);
   for (int64_t r = row_begin; r < row_end; r += rows_per_group) {
-    AttendGroup<T>(c, h0, heads, kv_head, hd, r, std::min(row_end, r + rows_per_group), s);
+    const int64_t r_end = std::min(row_end, r + rows_per_group);
+    const int64_t segments = SegmentCount(c, r, r_end);
+    s.partials.Resize((r_end - r) * heads, segments, hd);
+    AttendGroup<T>(c, h0, heads, kv_head, hd, r, r_end, 0, segments, s.partials, s);
+    CombineSegments(c, h0, h1, hd, r, r_end, s.partials);
   }
 }
 
 }  // namespace
+
+void SegmentPartials::Resize(int64_t vector_count, int64_t segment_count, int dim) {
+  vectors = vector_count;
+  segments = segment_count;
+  head_dim = dim;
+  out.resize(static_cast<size_t>(vectors * segments * dim));
+  max.resize(static_cast<size_t>(vectors * segments));
+  sum.resize(static_cast<size_t>(vectors * segments));
+}
+
+int64_t SegmentCount(const AttentionChunk& c, int64_t row_begin, int64_t row_end) {
+  const KeySpan span = SpanOf(c, row_begin, row_end);
+  return span.last / kKeySegment - span.first_segment + 1;
+}
 
 void AttendHeads(const AttentionChunk& c, int head_begin, int head_end, int kv_head, int head_dim,
                  int64_t row_begin, int64_t row_end, AttentionScratch& scratch) {
@@ -260,6 +332,28 @@ void AttendHeads(const AttentionChunk& c, int head_begin, int head_end, int kv_h
     AttendRows<float>(c, head_begin, head_end, kv_head, head_dim, row_begin, row_end, scratch);
   } else {
     AttendRows<uint16_t>(c, head_begin, head_end, kv_head, head_dim, row_begin, row_end, scratch);
+  }
+}
+
+void AttendSegments(const AttentionChunk& c, int head_begin, int head_end, int kv_head, int head_dim,
+                    int64_t row_begin, int64_t row_end, int64_t seg_begin, int64_t seg_end,
+                    SegmentPartials& partials, AttentionScratch& scratch) {
+  const int heads = head_end - head_begin;
+  if (c.precision == Precision::kFp32) {
+    AttendGroup<float>(c, head_begin, heads, kv_head, head_dim, row_begin, row_end, seg_begin, seg_end, partials,
+                       scratch);
+  } else {
+    AttendGroup<uint16_t>(c, head_begin, heads, kv_head, head_dim, row_begin, row_end, seg_begin, seg_end,
+                          partials, scratch);
+  }
+}
+
+void CombineSegments(const AttentionChunk& c, int head_begin, int head_end, int head_dim, int64_t row_begin,
+                     int64_t row_end, const SegmentPartials& partials) {
+  const int heads = head_end - head_begin;
+  for (int64_t v = 0; v < (row_end - row_begin) * heads; ++v) {
+    float* out = c.out + (row_begin + v / heads) * c.out_stride + (head_begin + v % heads) * head_dim;
+    CombineVector(partials, v, out);
   }
 }
 
@@ -274,8 +368,8 @@ void StoreChunk(const AttentionChunk& c) {
       std::memcpy(c.cache->K<float>(c.pos0 + i), k, sizeof(float) * width);
       std::memcpy(c.cache->V<float>(c.pos0 + i), v, sizeof(float) * width);
     } else {
-      ToBf16(k, c.cache->K<uint16_t>(c.pos0 + i), width);
-      ToBf16(v, c.cache->V<uint16_t>(c.pos0 + i), width);
+      F32ToBf16Row(k, c.cache->K<uint16_t>(c.pos0 + i), width);
+      F32ToBf16Row(v, c.cache->V<uint16_t>(c.pos0 + i), width);
     }
   }
 }

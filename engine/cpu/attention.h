@@ -34,8 +34,26 @@ struct AttentionChunk {
   absl::Span<const PositionRange> image_blocks = {};
 };
 
+// Keys are attended in segments of this many absolute positions ([0, S), [S, 2S), ...). A query's
+// result combines its segments' partial softmax results in segment order, whether one call takes all
+// of them (AttendHeads) or threads take them apart (AttendSegments, then CombineSegments:
+// flash-decoding), so splitting a long context's keys across threads changes no bit.
+constexpr int64_t kKeySegment = 512;
+
+// Per query vector and segment: the segment's unnormalized output Σ exp(s - m)·v, its score maximum m
+// (-inf: the vector sees no key there) and Σ exp(s - m). Vectors are (row, head) in row-major order.
+struct SegmentPartials {
+  int64_t vectors = 0, segments = 0;
+  int head_dim = 0;
+  std::vector<float> out;   // [vector][segment][head_dim]
+  std::vector<float> max;   // [vector][segment]
+  std::vector<double> sum;  // [vector][segment]
+  void Resize(int64_t vector_count, int64_t segment_count, int dim);
+};
+
 // Working memory of AttendHeads, one per thread, reused from call to call (it only grows).
 struct AttentionScratch {
+  SegmentPartials partials;
   std::vector<float> scores;  // [query vectors][keys]
   std::vector<float> wide;    // a block of bf16 rows widened to fp32
   std::vector<float> inv_sum;
@@ -52,6 +70,24 @@ struct AttentionScratch {
 // chunking, the rows or heads given to a call, or the thread, so results depend only on the query.
 void AttendHeads(const AttentionChunk& c, int head_begin, int head_end, int kv_head, int head_dim,
                  int64_t row_begin, int64_t row_end, AttentionScratch& scratch);
+
+// Query vectors one AttendSegments call may take: rows × heads of one group.
+constexpr int kMaxSegmentVectors = 32;
+
+// The key segments that the rows [row_begin, row_end) of the chunk see, together.
+int64_t SegmentCount(const AttentionChunk& c, int64_t row_begin, int64_t row_end);
+
+// Segments [seg_begin, seg_end) (of the SegmentCount ones) for the rows [row_begin, row_end) and heads
+// [head_begin, head_end) of kv_head, at most kMaxSegmentVectors vectors: fills those segments of
+// `partials` (already Resize'd to the vectors and SegmentCount). Calls for disjoint segment ranges may
+// run on different threads at once.
+void AttendSegments(const AttentionChunk& c, int head_begin, int head_end, int kv_head, int head_dim,
+                    int64_t row_begin, int64_t row_end, int64_t seg_begin, int64_t seg_end,
+                    SegmentPartials& partials, AttentionScratch& scratch);
+
+// Writes the outputs of those rows and heads from all their segments' partials.
+void CombineSegments(const AttentionChunk& c, int head_begin, int head_end, int head_dim, int64_t row_begin,
+                     int64_t row_end, const SegmentPartials& partials);
 
 // Copies the chunk's keys and values into the cache (only those a ring will still hold).
 void StoreChunk(const AttentionChunk& c);

@@ -17,9 +17,6 @@
 namespace layerpipe {
 namespace {
 
-// Query rows per attention task: small enough to spread a prefill chunk over the threads.
-constexpr int64_t kAttentionRowsPerTask = 16;
-
 std::atomic<int64_t> attention_ns{0}, matmul_ns{0};
 
 void AddSince(std::atomic<int64_t>& total, std::chrono::steady_clock::time_point start) {
@@ -178,25 +175,13 @@ void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
       ApplyRope(q, nh, hd, cs + r * 2 * pairs, pairs);
       ApplyRope(k, kvh, hd, cs + r * 2 * pairs, pairs);
       if (precision_ == Precision::kBf16) {
-        RoundToBf16InPlace(k, kw);
-        RoundToBf16InPlace(v, kw);
+        RoundRowToBf16(k, k, kw);
+        RoundRowToBf16(v, v, kw);
       }
     }
   });
 
-  // One attention task per (slice, GQA group part, block of query rows). A task reads its group's keys
-  // once for all its heads; groups are split only as far as needed to keep every thread busy.
   std::vector<AttentionChunk> chunks;
-  struct Task {
-    int chunk, head_begin, head_end;
-    int64_t row_begin, row_end;
-  };
-  std::vector<Task> tasks;
-  const int group = nh / kvh;
-  int64_t row_blocks = 0;
-  for (const SequenceSlice& s : slices) row_blocks += (s.n + kAttentionRowsPerTask - 1) / kAttentionRowsPerTask;
-  const int64_t want_parts = (pool_.size() + kvh * row_blocks - 1) / (kvh * row_blocks);
-  const int parts = static_cast<int>(std::clamp<int64_t>(want_parts, 1, group));
   int64_t row0 = 0;
   for (const SequenceSlice& s : slices) {
     // Every state here came from NewSequence above.
@@ -206,30 +191,10 @@ void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
                                     full ? 0 : cfg_.sliding_window, q_.data() + row0 * qw, qw,
                                     k_.data() + row0 * kw, v_.data() + row0 * kw, kw, attn_.data() + row0 * qw, qw,
                                     full ? absl::Span<const PositionRange>() : s.image_blocks});
-    for (int kv = 0; kv < kvh; ++kv) {
-      for (int part = 0; part < parts; ++part) {
-        const int h0 = kv * group + group * part / parts, h1 = kv * group + group * (part + 1) / parts;
-        for (int64_t rb = 0; rb < s.n; rb += kAttentionRowsPerTask) {
-          tasks.push_back({static_cast<int>(chunks.size() - 1), h0, h1, rb, std::min(s.n, rb + kAttentionRowsPerTask)});
-        }
-      }
-    }
     row0 += s.n;
   }
-  // Tasks differ in cost (a causal prefill's last rows see many more keys than its first), so threads
-  // take them one by one rather than in fixed shares. A task's results do not depend on the thread
-  // that runs it.
   const auto attention_start = std::chrono::steady_clock::now();
-  std::atomic<int64_t> next_task{0};
-  pool_.ParallelFor(pool_.size(), [&](int64_t, int64_t) {
-    thread_local AttentionScratch scratch;
-    for (int64_t t; (t = next_task.fetch_add(1, std::memory_order_relaxed)) < static_cast<int64_t>(tasks.size());) {
-      const Task& task = tasks[t];
-      AttendHeads(chunks[task.chunk], task.head_begin, task.head_end, task.head_begin / group, hd, task.row_begin,
-                  task.row_end, scratch);
-    }
-  });
-  for (const AttentionChunk& c : chunks) StoreChunk(c);
+  attention_.Run(chunks, nh, kvh, hd, pool_);
   AddSince(attention_ns, attention_start);
 
   Matmul(attn_.data(), M, L.o_proj, o_.data());

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "engine/cpu/attention_tasks.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cpu/kv_cache.h"
 #include "engine/backend/layer_backend.h"
@@ -52,6 +53,7 @@ class CpuBackend final : public LayerBackend {
   std::vector<double> inv_freq_sliding_, inv_freq_full_;
   // Scratch reused across steps (a stage runs one step at a time).
   std::vector<float> a_, q_, k_, v_, attn_, o_, g_, u_, cs_sliding_, cs_full_, normed_;
+  AttentionRunner attention_;
 };
 
 }  // namespace layerpipe

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/model/bf16.h"
 
 // glibc's libmvec: tanhf on 8 lanes (AVX2), each lane computed alone.
 extern "C" __m256 _ZGVdN8v_tanhf(__m256);
@@ -81,14 +80,6 @@ void GeluTanhMul(float* g, const float* u, int64_t n) {
     _mm256_store_ps(x, gelu_mul(_mm256_load_ps(x), _mm256_load_ps(v)));
     std::memcpy(g + i, x, sizeof(float) * (n - i));
   }
-}
-
-void RoundToBf16InPlace(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = Bf16ToF32(F32ToBf16(x[i]));
-}
-
-void ToBf16(const float* x, uint16_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = F32ToBf16(x[i]);
 }
 
 }  // namespace layerpipe

@@ -1,4 +1,4 @@
-// Row-wise CPU kernels of the forward pass: norms, rotary, activation, bf16 rounding. Every reduction
+// Row-wise CPU kernels of the forward pass: norms, rotary, activation (bf16 rounding is in engine/model/bf16.h). Every reduction
 // runs in one fixed order per row, so a row's result never depends on what else is in the batch.
 #ifndef LAYERPIPE_ENGINE_CPU_OPS_H_
 #define LAYERPIPE_ENGINE_CPU_OPS_H_
@@ -28,10 +28,6 @@ int RotaryPairs(const std::vector<double>& inv_freq);
 
 // gelu_tanh(g) ⊙ u, into g.
 void GeluTanhMul(float* g, const float* u, int64_t n);
-
-// Rounds every value to the nearest bf16 (kept as fp32), as the bf16 precision mode stores it.
-void RoundToBf16InPlace(float* x, int64_t n);
-void ToBf16(const float* x, uint16_t* out, int64_t n);
 
 }  // namespace layerpipe
 

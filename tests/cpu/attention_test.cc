@@ -1,6 +1,6 @@
 // The tiled CPU attention against a float64 reference, and its determinism contract: the same bits
-// whatever the chunking, the rows and heads given to a call, or the kernel path (bf16 rows read in
-// place or widened first).
+// whatever the chunking, the rows and heads given to a call, the key segments given to a call
+// (flash-decoding), or the kernel path (bf16 rows read in place or widened first).
 #include "engine/cpu/attention.h"
 
 #include <gtest/gtest.h>
@@ -46,11 +46,25 @@ Inputs MakeInputs(const Shape& s, Precision precision, uint32_t seed) {
   return in;
 }
 
-// How one chunk's attention is handed out: heads per call and rows per call.
+// How one chunk's attention is handed out: heads per call and rows per call, and whether calls take
+// all key segments (AttendHeads) or a few at a time, last ones first, as threads of flash-decoding
+// would (AttendSegments, then CombineSegments).
 struct Split {
   int heads_per_call;  // divides heads / kv_heads
   int64_t rows_per_call;
+  int64_t segments_per_call = 0;  // 0: AttendHeads
 };
+
+void AttendBySegments(const AttentionChunk& c, int h0, int h1, int kv_head, int hd, int64_t r0, int64_t r1,
+                      int64_t per_call, AttentionScratch& scratch) {
+  const int64_t segments = SegmentCount(c, r0, r1);
+  SegmentPartials partials;
+  partials.Resize((r1 - r0) * (h1 - h0), segments, hd);
+  for (int64_t end = segments; end > 0; end -= per_call) {
+    AttendSegments(c, h0, h1, kv_head, hd, r0, r1, std::max<int64_t>(0, end - per_call), end, partials, scratch);
+  }
+  CombineSegments(c, h0, h1, hd, r0, r1, partials);
+}
 
 // Runs the whole sequence through the cache in chunks of the given sizes.
 std::vector<float> RunSequence(const Shape& s, Precision precision, const Inputs& in, const std::vector<int64_t>& chunks,
@@ -71,8 +85,12 @@ std::vector<float> RunSequence(const Shape& s, Precision precision, const Inputs
                      blocks};
     for (int h = 0; h < s.heads; h += split.heads_per_call) {
       for (int64_t r = 0; r < n; r += split.rows_per_call) {
-        AttendHeads(c, h, h + split.heads_per_call, h / group, s.hd, r, std::min(n, r + split.rows_per_call),
-                    scratch);
+        const int64_t r1 = std::min(n, r + split.rows_per_call);
+        if (split.segments_per_call > 0) {
+          AttendBySegments(c, h, h + split.heads_per_call, h / group, s.hd, r, r1, split.segments_per_call, scratch);
+        } else {
+          AttendHeads(c, h, h + split.heads_per_call, h / group, s.hd, r, r1, scratch);
+        }
       }
     }
     StoreChunk(c);
@@ -132,6 +150,10 @@ const std::vector<Shape>& Shapes() {
       {4, 1, 20, 0, 45, {}},               // full attention, a head_dim with a scalar tail
       {16, 1, 512, 0, 21, {}},             // the 12B's global shape: one 512-wide KV head for 16 heads
       {8, 2, 256, 16, 70, {{20, 30}}},     // the 12B's sliding head width
+      // Contexts of several key segments (kKeySegment = 512): the global layout, and a window wider
+      // than a segment, so windows span three segments and the ring wraps.
+      {16, 1, 32, 0, 1100, {}},
+      {4, 2, 32, 700, 1400, {{600, 660}}},
   };
   return shapes;
 }
@@ -166,6 +188,10 @@ TEST(AttentionTest, BitIdenticalWhateverTheChunkingRowsHeadsAndPath) {
       };
       if (s.images.empty()) {
         variants.push_back({Chunks(s.tokens, {1}), {group, 1}});  // decode: one token at a time
+        // decode with the keys split across (would-be) threads, one and three segments a call
+        variants.push_back({Chunks(s.tokens, {1}), {group, 1, 1}});
+        variants.push_back({Chunks(s.tokens, {1}), {group, 1, 3}});
+        variants.push_back({Chunks(s.tokens, {2, 1}), {1, 2, 2}});
         variants.push_back({Chunks(s.tokens, {1}), {1, 1}});      // one vector per call: bf16 rows read in place
         variants.push_back({Chunks(s.tokens, {7, 3, 11}), {group, 2}});
       } else {  // chunk edges that keep each block whole: at every block's begin and end
@@ -177,13 +203,15 @@ TEST(AttentionTest, BitIdenticalWhateverTheChunkingRowsHeadsAndPath) {
           if (cuts[i] > cuts[i - 1]) sizes.push_back(cuts[i] - cuts[i - 1]);
         }
         variants.push_back({sizes, {group, 4}});
+        variants.push_back({sizes, {1, 4, 1}});
       }
       for (const Variant& v : variants) {
         const std::vector<float> got = RunSequence(s, precision, in, v.chunks, v.split);
         ASSERT_EQ(got.size(), base.size());
         EXPECT_EQ(std::memcmp(got.data(), base.data(), sizeof(float) * got.size()), 0)
             << "heads " << s.heads << " hd " << s.hd << " window " << s.window << " chunks " << v.chunks.size()
-            << " heads/call " << v.split.heads_per_call << " rows/call " << v.split.rows_per_call;
+            << " heads/call " << v.split.heads_per_call << " rows/call " << v.split.rows_per_call
+            << " segments/call " << v.split.segments_per_call;
       }
     }
   }

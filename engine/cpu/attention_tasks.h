@@ -1,0 +1,51 @@
+// Spreads one layer's attention over the thread pool. Work goes out as tasks that threads take one by
+// one (a causal prefill's last rows see many more keys than its first): a GQA group and a block of
+// query rows each; when that leaves threads idle, groups are split by heads, or, for the few rows of
+// decode over a long context, by key segments (flash-decoding), whose partial results are combined
+// afterwards. No split changes a bit of the results (attention.h).
+#ifndef LAYERPIPE_ENGINE_CPU_ATTENTION_TASKS_H_
+#define LAYERPIPE_ENGINE_CPU_ATTENTION_TASKS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "engine/cpu/attention.h"
+#include "engine/cpu/thread_pool.h"
+
+namespace layerpipe {
+
+class AttentionRunner {
+ public:
+  // Attends all heads and rows of every chunk (heads query heads over kv_heads KV heads of head_dim),
+  // then stores the chunks' keys and values in their caches.
+  void Run(absl::Span<const AttentionChunk> chunks, int heads, int kv_heads, int head_dim, ThreadPool& pool);
+
+  // Tasks run so far that took key segments (flash-decoding), for tests and benchmarks.
+  int64_t segment_tasks_run() const { return segment_tasks_run_; }
+
+  // Query rows per task: small enough to spread a prefill chunk over the threads.
+  static constexpr int64_t kRowsPerTask = 16;
+
+ private:
+  struct Task {
+    int chunk, head_begin, head_end;
+    int64_t row_begin, row_end;
+    int split;  // -1: the whole key range; else splits_[split], segments [seg_begin, seg_end)
+    int64_t seg_begin, seg_end;
+  };
+  struct Split {
+    int chunk, head_begin, head_end;
+    int64_t rows;
+  };
+  void Plan(absl::Span<const AttentionChunk> chunks, int heads, int kv_heads, int head_dim, int threads);
+
+  std::vector<Task> tasks_;
+  std::vector<Split> splits_;
+  std::vector<SegmentPartials> partials_;  // one per split, reused across calls
+  int64_t segment_tasks_run_ = 0;
+};
+
+}  // namespace layerpipe
+
+#endif  // LAYERPIPE_ENGINE_CPU_ATTENTION_TASKS_H_

@@ -1,0 +1,108 @@
+// AttentionRunner spreads a layer's attention over threads by GQA groups, rows, heads or (decode over a
+// long context) key segments; none of it may change a bit. Checked on the 12B's two attention layouts
+// with contexts of several key segments: prefill in chunks, then decode steps, batched with a second,
+// shorter sequence, across thread counts that take each of those plans.
+#include "engine/cpu/attention_tasks.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "engine/cpu/kv_cache.h"
+#include "engine/model/bf16.h"
+
+namespace layerpipe {
+namespace {
+
+struct Layout {
+  int heads, kv_heads, hd;
+  int64_t window;
+};
+
+struct Sequence {
+  int64_t tokens;
+  std::vector<int64_t> chunks;  // prefill chunk sizes, then one token at a time
+};
+
+// Per sequence: outputs of every token, [tokens][heads·hd]; *segment_tasks: how many tasks took key
+// segments.
+std::vector<std::vector<float>> RunSteps(const Layout& l, Precision precision, const std::vector<Sequence>& seqs,
+                                         int threads, int64_t* segment_tasks) {
+  const int64_t qw = l.heads * l.hd, kw = l.kv_heads * l.hd;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 0.7f);
+  struct State {
+    std::vector<float> q, k, v, out;
+    std::unique_ptr<LayerKvCache> cache;
+    int64_t done = 0;
+    size_t next_chunk = 0;
+  };
+  std::vector<State> states(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    State& st = states[i];
+    st.q.resize(seqs[i].tokens * qw);
+    st.k.resize(seqs[i].tokens * kw);
+    st.v.resize(st.k.size());
+    st.out.assign(seqs[i].tokens * qw, NAN);
+    for (float& x : st.q) x = d(rng);
+    for (float& x : st.k) x = Bf16ToF32(F32ToBf16(d(rng)));
+    for (float& x : st.v) x = Bf16ToF32(F32ToBf16(d(rng)));
+    st.cache = std::make_unique<LayerKvCache>(l.window > 0, l.window, kw, precision);
+  }
+  ThreadPool pool(threads);
+  AttentionRunner runner;
+  for (bool busy = true; busy;) {  // one batched step per iteration, as CpuBackend::Forward runs them
+    busy = false;
+    std::vector<AttentionChunk> chunks;
+    std::vector<State*> stepped;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      State& st = states[i];
+      if (st.done == seqs[i].tokens) continue;
+      const int64_t n = std::min(seqs[i].tokens - st.done,
+                                 st.next_chunk < seqs[i].chunks.size() ? seqs[i].chunks[st.next_chunk++] : 1);
+      chunks.push_back({st.cache.get(), precision, st.done, n, l.window, st.q.data() + st.done * qw, qw,
+                        st.k.data() + st.done * kw, st.v.data() + st.done * kw, kw, st.out.data() + st.done * qw,
+                        qw});
+      st.done += n;
+      busy = true;
+    }
+    runner.Run(chunks, l.heads, l.kv_heads, l.hd, pool);
+  }
+  *segment_tasks = runner.segment_tasks_run();
+  std::vector<std::vector<float>> outs;
+  for (State& st : states) outs.push_back(std::move(st.out));
+  return outs;
+}
+
+TEST(AttentionRunnerTest, BitIdenticalAcrossThreadCountsAndPlans) {
+  const Layout layouts[] = {
+      {16, 1, 64, 0},   // global: one KV head for 16 query heads, keys split by segment when idle
+      {8, 4, 32, 700},  // sliding, a window of two segments: split by heads, then by segments
+  };
+  // A long sequence prefilled in chunks and then decoded, next to a short one that joins and ends early.
+  const std::vector<Sequence> seqs = {{1400, {600, 500}}, {40, {30}}};
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    for (const Layout& l : layouts) {
+      int64_t segment_tasks = 0;
+      const auto base = RunSteps(l, precision, seqs, 1, &segment_tasks);
+      EXPECT_EQ(segment_tasks, 0);  // one thread is never idle: whole tasks only
+      for (int threads : {2, 3, 8, 24}) {
+        const auto got = RunSteps(l, precision, seqs, threads, &segment_tasks);
+        // With more threads than tasks, decode over the long context takes key segments.
+        if (threads >= 8) EXPECT_GT(segment_tasks, 0) << "threads " << threads;
+        for (size_t i = 0; i < seqs.size(); ++i) {
+          for (float x : got[i]) ASSERT_TRUE(std::isfinite(x));
+          EXPECT_EQ(std::memcmp(got[i].data(), base[i].data(), sizeof(float) * got[i].size()), 0)
+              << "heads " << l.heads << " window " << l.window << " threads " << threads << " sequence " << i;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace layerpipe
