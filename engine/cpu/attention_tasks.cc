@@ -12,10 +12,12 @@ void AttentionRunner::Plan(absl::Span<const AttentionChunk> chunks, int heads, i
   const int group = heads / kv_heads;
   int64_t whole_tasks = 0;
   for (const AttentionChunk& c : chunks) whole_tasks += kv_heads * ((c.n + kRowsPerTask - 1) / kRowsPerTask);
+  if (whole_tasks == 0) return;  // only empty chunks
   const bool idle = whole_tasks < threads;
   const int parts = static_cast<int>(std::clamp<int64_t>((threads + whole_tasks - 1) / whole_tasks, 1, group));
   for (int ci = 0; ci < static_cast<int>(chunks.size()); ++ci) {
     const AttentionChunk& c = chunks[ci];
+    if (c.n <= 0) continue;
     const int64_t segments = SegmentCount(c, 0, c.n);
     const bool by_segments = idle && segments > 1 && c.n * group <= kMaxSegmentVectors;
     for (int kv = 0; kv < kv_heads; ++kv) {
