@@ -60,12 +60,13 @@ LP_AVX512_BF16 inline float HorizontalSum(__m512 v) {
 struct InPlaceWeights {
   const uint16_t* w;
   int64_t ld;
+  bool prefetch;
   LP_AVX512_BF16 __m512i Load(int c, int64_t q) const { return _mm512_loadu_si512(w + c * ld + q); }
   LP_AVX512_BF16 __m512i LoadPartial(int c, int64_t q, __mmask32 mask) const {
     return _mm512_maskz_loadu_epi16(mask, w + c * ld + q);
   }
   void Prefetch(int c, int64_t q) const {
-    _mm_prefetch(reinterpret_cast<const char*>(w + c * ld + q + kPrefetchAhead), _MM_HINT_T0);
+    if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(w + c * ld + q + kPrefetchAhead), _MM_HINT_T0);
   }
 };
 // Packed (PackColumns): for each step of 32 values of k, the tile's kCols vectors one after another,
@@ -78,6 +79,13 @@ struct PackedWeights {
   LP_AVX512_BF16 __m512i LoadPartial(int c, int64_t q, __mmask32) const { return Load(c, q); }
   void Prefetch(int, int64_t) const {}
 };
+
+// Decode of one row with weight rows up to this long reads them one column at a time, without software
+// prefetch: a thread's weights are then one sequential stream, which the hardware prefetcher keeps
+// ~20 % closer to the DRAM bandwidth than four interleaved prefetched rows (Zen 4, q/gate/up shapes
+// and the head). Longer rows (down_proj, k = 15360) measured faster with the four prefetched rows.
+constexpr int64_t kSingleRowStreamMaxK = 8192;
+inline bool SingleRowStream(const Avx512Bf16Problem& p) { return p.m == 1 && p.k <= kSingleRowStreamMaxK; }
 
 // acc[r][c] += over q in [q_begin, q_end): x[r][q] * w[c][q], in steps of 32 (the last one may be
 // partial: weights beyond q_end are zero; x is zero-padded there by the front end).
@@ -143,7 +151,7 @@ LP_AVX512_BF16 void Tile(const Avx512Bf16Problem& p, int64_t i, int64_t j, const
 
 template <int R, int C>
 LP_AVX512_BF16 void StreamTile(const Avx512Bf16Problem& p, int64_t i, int64_t j) {
-  Tile<R, C>(p, i, j, InPlaceWeights{p.w + j * p.k, p.k}, 0, p.k, true, true, nullptr, 0);
+  Tile<R, C>(p, i, j, InPlaceWeights{p.w + j * p.k, p.k, !SingleRowStream(p)}, 0, p.k, true, true, nullptr, 0);
 }
 
 template <int R, int C>
@@ -197,8 +205,9 @@ LP_AVX512_BF16 void PackColumns(const Avx512Bf16Problem& p, int64_t j, int64_t c
 }
 
 void StreamColumns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_end) {
-  for (int64_t j = j_begin; j < j_end; j += kCols) {
-    const int64_t cols = std::min<int64_t>(kCols, j_end - j);
+  const int64_t step = SingleRowStream(p) ? 1 : kCols;
+  for (int64_t j = j_begin; j < j_end; j += step) {
+    const int64_t cols = std::min<int64_t>(step, j_end - j);
     for (int64_t i = 0; i < p.m; i += kRows) {
       kStreamTiles[std::min<int64_t>(kRows, p.m - i) - 1][cols - 1](p, i, j);
     }
