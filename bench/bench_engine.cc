@@ -3,7 +3,8 @@
 // and the share of the time spent in attention.
 //
 //   bench_engine --layers 6,12 --workdir /tmp/layerpipe_bench
-//   bench_engine --layers 6 --prompt_tokens 4096 --prefill_chunk 512     long prefill in chunks
+//   bench_engine --layers 6 --prompt_tokens 4096                          long prefill (in 512-token chunks)
+//   bench_engine --layers 6 --prompt_tokens 4096 --prefill_chunk 0       the same as one step
 //   bench_engine --layers 6 --prompt_tokens 0 --context 32768              decode at a depth
 #include <algorithm>
 #include <chrono>
@@ -27,7 +28,8 @@ ABSL_FLAG(std::string, layers, "6,12", "layer counts of the generated 12B-shaped
 ABSL_FLAG(std::string, workdir, "/tmp/layerpipe_bench", "where generated checkpoints are kept (reused)");
 ABSL_FLAG(std::string, model, "", "benchmark this checkpoint instead of generated ones");
 ABSL_FLAG(int, prompt_tokens, 256, "prefill length measured (0: none)");
-ABSL_FLAG(int, prefill_chunk, 0, "tokens per prefill step (0: the whole prompt in one step)");
+ABSL_FLAG(int, prefill_chunk, static_cast<int>(layerpipe::EngineOptions().prefill_chunk),
+          "tokens per prefill step, as the engine takes them by default (0: the whole prompt in one step)");
 ABSL_FLAG(int, context, -1,
           "decode after a context of this many tokens (-1: after the measured prompt); a context other than "
           "the prompt is prefilled untimed first");
