@@ -5,6 +5,9 @@
 // The limits are the defaults but for the vision budget: 4 soft tokens instead of 280. With 280 every
 // small input is upscaled to about 768x768, and that resize takes nearly all of the time (49 executions
 // a second under the sanitizers, against several hundred); the resize runs the same code at any size.
+// Likewise the decoded-pixel guard is 1 M pixels instead of 50 M: the fuzzer soon writes ~110-byte JPEGs
+// whose frame header declares ~13 M pixels, which the decoder then fills (~2 s each under the
+// sanitizers). Larger declared sizes take the guard's refusal path, which this still covers.
 //
 // Checked: an error is InvalidArgument with a message; a success is RGB of its stated size whose sides
 // are multiples of the 48-pixel block, within the budget.
@@ -29,6 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   layerpipe::MediaLimits limits;
   limits.max_soft_tokens = 4;
+  limits.max_image_pixels = 1'000'000;
   auto prepared = layerpipe::PrepareImage(bytes, limits);
   if (!prepared.ok()) {
     Check(prepared.status().code() == absl::StatusCode::kInvalidArgument, "an error that is not InvalidArgument");
