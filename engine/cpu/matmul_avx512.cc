@@ -74,7 +74,7 @@ struct InPlaceWeights {
 struct PackedWeights {
   const uint16_t* tile;
   LP_AVX512_BF16 __m512i Load(int c, int64_t q) const {
-    return _mm512_load_si512(tile + (q / kAvx512KStep * kCols + c) * kAvx512KStep);
+    return _mm512_load_si512(tile + q * kCols + c * kAvx512KStep);  // q is a multiple of 32
   }
   LP_AVX512_BF16 __m512i LoadPartial(int c, int64_t q, __mmask32) const { return Load(c, q); }
   void Prefetch(int, int64_t) const {}
@@ -197,7 +197,7 @@ LP_AVX512_BF16 void PackColumns(const Avx512Bf16Problem& p, int64_t j, int64_t c
       for (int64_t q = 0; q < kp; q += kAvx512KStep) {
         const int64_t len = present ? std::min(kAvx512KStep, p.k - q) : 0;
         const __mmask32 mask = static_cast<__mmask32>((uint64_t{1} << len) - 1);
-        _mm512_store_si512(tile + (q / kAvx512KStep * kCols + c) * kAvx512KStep,
+        _mm512_store_si512(tile + q * kCols + c * kAvx512KStep,
                            _mm512_maskz_loadu_epi16(mask, src + q));
       }
     }
