@@ -49,7 +49,10 @@ class DurableJobsTest(unittest.TestCase):
                        check=True, stdout=subprocess.DEVNULL)
         cls.procs = []
         cls.addClassCleanup(lambda: [p.close() for p in cls.procs])
-        workers = [cls.start([f"{ARGS.bin}/layerpipe-worker", "--listen", "127.0.0.1:0", "--threads", "1"], f"worker{i}")
+        # No prefix cache: the undisturbed runs would leave the prompt's first 1024 tokens cached, and the
+        # job to be killed in prefill would then have only 6 chunks left to prefill, over before a poll sees it.
+        workers = [cls.start([f"{ARGS.bin}/layerpipe-worker", "--listen", "127.0.0.1:0", "--threads", "1",
+                              "--prefix-cache-budget", "0"], f"worker{i}")
                    for i in range(2)]
         cls.worker_addresses = ",".join(w.wait_listening(STARTUP_TIMEOUT) for w in workers)
         cls.coordinator = None
@@ -109,9 +112,9 @@ class DurableJobsTest(unittest.TestCase):
         ids = {}
         # 1. Killed in prefill (part of the prompt is in the KV cache, nothing generated yet).
         ids["prefill"] = self.submit(ch, sampled=False)
-        self.wait_until(ch, ids["prefill"], lambda j: j.prefilled_tokens > 0, "prefilled")
-        info = self.job(ch, ids["prefill"])
-        self.assertEqual(info.generated_tokens, 0, "the job left prefill before the kill; lower --prefill-chunk")
+        info = self.wait_until(ch, ids["prefill"], lambda j: j.prefilled_tokens > 0, "prefilled")
+        self.assertEqual(info.generated_tokens, 0, "the job left prefill before a poll saw it; lower --prefill-chunk")
+        self.assertLess(info.prefilled_tokens, len(PROMPT))
         c.kill_group()
         c, ch = self.start_coordinator(state)
         # 2. Killed in decode, with a sampled job alongside.
