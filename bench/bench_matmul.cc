@@ -4,7 +4,7 @@
 // overhead, GB/s of weight bytes for decode shapes (m = 1..8, memory-bound) and GFLOP/s for prefill
 // shapes (m = 64..512, compute-bound), in both precision modes.
 //
-// Usage: bench_matmul [--quick] [--isa=avx2] [--decode-only] [--prefill-only]
+// Usage: bench_matmul [--quick] [--isa=avx2|avx512f|avx512bf16] [--decode-only] [--prefill-only]
 // Threads: $LAYERPIPE_THREADS (default: all hardware threads).
 #include <immintrin.h>
 
@@ -97,6 +97,19 @@ float FmaChains(int64_t iters) {
   return _mm256_cvtss_f32(s);
 }
 
+__attribute__((target("avx512f"))) float Fma512Chains(int64_t iters) {
+  __m512 a[12];
+  const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(float(i));
+  for (int64_t n = 0; n < iters; ++n) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], x, y);
+  }
+  __m512 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) float DpbfChains(int64_t iters) {
   __m512 a[12];
   const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3a83);
@@ -110,15 +123,16 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) float DpbfChains
   return _mm512_reduce_add_ps(s);
 }
 
-// The ceilings the kernels are held to: fp32 FMA (AVX2, 8 lanes x 2 flops) and, where the CPU has it,
-// vdpbf16ps (16 lanes x 2 pairs x 2 flops).
+// The ceilings the kernels are held to: fp32 FMA (AVX2, 8 lanes x 2 flops; AVX-512F, 16 lanes x 2 flops)
+// and, where the CPU has it, vdpbf16ps (16 lanes x 2 pairs x 2 flops).
 struct Peaks {
-  double fma = 0, bf16_dot = 0;
+  double fma = 0, fma512 = 0, bf16_dot = 0;
 };
 
 Peaks MeasurePeaks(ThreadPool& pool) {
   Peaks p;
   p.fma = PeakGflops(pool, 16, FmaChains);
+  if (CpuSupportsAvx512F()) p.fma512 = PeakGflops(pool, 32, Fma512Chains);
   if (CpuSupportsAvx512Bf16()) p.bf16_dot = PeakGflops(pool, 64, DpbfChains);
   return p;
 }
@@ -204,10 +218,12 @@ void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
 void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
   std::printf("\n== prefill (compute-bound): GFLOP/s (2*m*n*k per call) ==\n");
   // bf16-x mode is held to vdpbf16ps's peak where that kernel runs, fp32-x mode to the FMA peak.
-  const double bf16_peak = opt.isa == MatmulIsa::kAvx512Bf16 && opt.peaks.bf16_dot > 0 ? opt.peaks.bf16_dot
-                                                                                        : opt.peaks.fma;
+  // The AVX2 order runs on 512-bit FMAs unless the kernel is avx2.
+  const double fma_peak = opt.isa != MatmulIsa::kAvx2 && opt.peaks.fma512 > 0 ? opt.peaks.fma512 : opt.peaks.fma;
+  const double bf16_peak =
+      opt.isa == MatmulIsa::kAvx512Bf16 && opt.peaks.bf16_dot > 0 ? opt.peaks.bf16_dot : fma_peak;
   std::printf("%-13s %6s %6s %4s %15s %15s   (%% of peak: bf16-x %.0f, fp32-x %.0f GFLOP/s)\n", "shape", "n", "k",
-              "m", "bf16-x GFLOP/s", "fp32-x GFLOP/s", bf16_peak, opt.peaks.fma);
+              "m", "bf16-x GFLOP/s", "fp32-x GFLOP/s", bf16_peak, fma_peak);
   const int64_t ms[] = {64, 256, 512, 4096};
   for (const Shape& s : kShapes) {
     const std::vector<uint16_t> w = RandomBf16(static_cast<size_t>(s.n * s.k), rng);
@@ -225,7 +241,7 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
       }
       std::printf("%-13s %6lld %6lld %4lld %8.1f (%3.0f%%) %8.1f (%3.0f%%)\n", s.name, static_cast<long long>(s.n),
                   static_cast<long long>(s.k), static_cast<long long>(m), gflops[0], 100 * gflops[0] / bf16_peak,
-                  gflops[1], 100 * gflops[1] / opt.peaks.fma);
+                  gflops[1], 100 * gflops[1] / fma_peak);
     }
   }
 }
@@ -238,23 +254,32 @@ int Main(int argc, char** argv) {
       opt.quick = true;
     } else if (a == "--isa=avx2") {
       opt.isa = MatmulIsa::kAvx2;
+    } else if (a == "--isa=avx512f" && CpuSupportsAvx512F()) {
+      opt.isa = MatmulIsa::kAvx512F;
+    } else if (a == "--isa=avx512bf16" && CpuSupportsAvx512Bf16()) {
+      opt.isa = MatmulIsa::kAvx512Bf16;
     } else if (a == "--decode-only") {
       opt.prefill = false;
     } else if (a == "--prefill-only") {
       opt.decode = false;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--isa=avx2] [--decode-only] [--prefill-only]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--isa=avx2|avx512f|avx512bf16] [--decode-only] [--prefill-only]\n"
+                   "(an --isa this CPU lacks is refused)\n",
+                   argv[0]);
       return 2;
     }
   }
   ThreadPool& pool = DefaultThreadPool();
-  std::printf("threads: %d   kernel (bf16-x mode): %s   avx512bf16 on this CPU: %s\n", pool.size(),
-              std::string(MatmulIsaName(opt.isa)).c_str(), CpuSupportsAvx512Bf16() ? "yes" : "no");
-  std::printf("fp32-x mode always runs the avx2 kernel\n");
+  std::printf("threads: %d   kernel (bf16-x mode): %s   avx512f / avx512bf16 on this CPU: %s / %s\n",
+              pool.size(), std::string(MatmulIsaName(opt.isa)).c_str(), CpuSupportsAvx512F() ? "yes" : "no",
+              CpuSupportsAvx512Bf16() ? "yes" : "no");
+  std::printf("fp32-x mode has the avx2 order (on 512-bit registers unless the kernel is avx2)\n");
   opt.bandwidth = ReadBandwidthGBs(pool, size_t{1} << 30, opt.quick ? 3 : 5);
   opt.peaks = MeasurePeaks(pool);
   std::printf("streaming read bandwidth (1 GiB, %d threads): %.1f GB/s\n", pool.size(), opt.bandwidth);
   std::printf("peak (%d threads): fp32 FMA %.1f GFLOP/s", pool.size(), opt.peaks.fma);
+  if (opt.peaks.fma512 > 0) std::printf(", 512-bit fp32 FMA %.1f GFLOP/s", opt.peaks.fma512);
   if (opt.peaks.bf16_dot > 0) std::printf(", vdpbf16ps %.1f GFLOP/s", opt.peaks.bf16_dot);
   std::printf("\n");
   std::printf("ParallelFor overhead (empty body): %.2f us/call\n", PoolOverheadUs(pool, 20000));

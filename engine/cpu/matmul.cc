@@ -65,7 +65,7 @@ const uint16_t* PrepareBf16(const float* x, int64_t m, int64_t k, int64_t* ldx) 
 }
 
 void RunAvx2(const float* x, int64_t m, int64_t k, const void* w, bool w_is_bf16, int64_t n, float* y,
-             ThreadPool& pool, bool x_as_bf16) {
+             ThreadPool& pool, bool x_as_bf16, bool wide) {
   matmul_internal::Avx2Problem p{};
   p.x = PrepareF32(x, m, k, x_as_bf16, &p.ldx);
   p.m = m;
@@ -74,6 +74,7 @@ void RunAvx2(const float* x, int64_t m, int64_t k, const void* w, bool w_is_bf16
   p.w_is_bf16 = w_is_bf16;
   p.n = n;
   p.y = y;
+  p.wide = wide && CpuSupportsAvx512F();
   ForColumns(m, k, n, pool, [&p](int64_t j0, int64_t j1) { matmul_internal::Avx2Columns(p, j0, j1); });
 }
 
@@ -102,6 +103,11 @@ bool TrivialShape(int64_t m, int64_t k, int64_t n, float* y) {
 
 }  // namespace
 
+bool CpuSupportsAvx512F() {
+  static const bool supported = __builtin_cpu_supports("avx512f");
+  return supported;
+}
+
 bool CpuSupportsAvx512Bf16() {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
@@ -111,8 +117,10 @@ bool CpuSupportsAvx512Bf16() {
 MatmulIsa ActiveMatmulIsa() {
   static const MatmulIsa isa = [] {
     const char* env = std::getenv("LAYERPIPE_MATMUL_ISA");
-    if (env != nullptr && std::string(env) == "avx2") return MatmulIsa::kAvx2;
-    return CpuSupportsAvx512Bf16() ? MatmulIsa::kAvx512Bf16 : MatmulIsa::kAvx2;
+    const std::string wanted = env != nullptr ? env : "";
+    if (wanted == "avx2") return MatmulIsa::kAvx2;
+    if (CpuSupportsAvx512Bf16() && wanted != "avx512f") return MatmulIsa::kAvx512Bf16;
+    return CpuSupportsAvx512F() ? MatmulIsa::kAvx512F : MatmulIsa::kAvx2;
   }();
   return isa;
 }
@@ -121,6 +129,8 @@ std::string_view MatmulIsaName(MatmulIsa isa) {
   switch (isa) {
     case MatmulIsa::kAvx2:
       return "avx2";
+    case MatmulIsa::kAvx512F:
+      return "avx512f";
     case MatmulIsa::kAvx512Bf16:
       return "avx512bf16";
   }
@@ -133,7 +143,7 @@ void MatmulBf16WithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, cons
   if (isa == MatmulIsa::kAvx512Bf16 && x_as_bf16 && CpuSupportsAvx512Bf16()) {
     RunAvx512Bf16(x, m, k, w, n, y, pool);
   } else {
-    RunAvx2(x, m, k, w, /*w_is_bf16=*/true, n, y, pool, x_as_bf16);
+    RunAvx2(x, m, k, w, /*w_is_bf16=*/true, n, y, pool, x_as_bf16, /*wide=*/isa != MatmulIsa::kAvx2);
   }
 }
 
@@ -145,7 +155,8 @@ void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t
 void MatmulF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
                ThreadPool& pool) {
   if (TrivialShape(m, k, n, y)) return;
-  RunAvx2(x, m, k, w, /*w_is_bf16=*/false, n, y, pool, /*x_as_bf16=*/false);
+  RunAvx2(x, m, k, w, /*w_is_bf16=*/false, n, y, pool, /*x_as_bf16=*/false,
+          /*wide=*/ActiveMatmulIsa() != MatmulIsa::kAvx2);
 }
 
 }  // namespace layerpipe

@@ -5,7 +5,7 @@
 // product uses one fixed reduction order (fixed SIMD lanes over k, fixed final horizontal sum) in both
 // the small-m (decode) and the large-m (prefill) kernels, and threads split work over n only.
 // The reduction order is a property of the instruction set, so results are bit-identical across
-// machines that run the same kernel (see MatmulIsa); fp32 mode always runs the AVX2 kernel.
+// machines that run the same kernel (see MatmulIsa); fp32 mode always has the AVX2 order.
 #ifndef LAYERPIPE_ENGINE_CPU_MATMUL_H_
 #define LAYERPIPE_ENGINE_CPU_MATMUL_H_
 
@@ -23,16 +23,22 @@ namespace layerpipe {
 void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
                 ThreadPool& pool, bool x_as_bf16);
 
-// Same contract with fp32 weights and fp32 x, always through the AVX2 kernel.
+// Same contract with fp32 weights and fp32 x, always in the AVX2 order (on AVX-512F registers where the
+// CPU has them and $LAYERPIPE_MATMUL_ISA is not avx2).
 void MatmulF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
                ThreadPool& pool);
 
-// Which kernel MatmulBf16 runs for x_as_bf16 = true (fp32 mode is always kAvx2).
-enum class MatmulIsa { kAvx2, kAvx512Bf16 };
+// Which kernel MatmulBf16 runs for x_as_bf16 = true. kAvx2 and kAvx512F share one reduction order
+// (bit-identical results; kAvx512F runs long chunks on 512-bit registers, two output columns per
+// register); kAvx512Bf16 has its own (vdpbf16ps). fp32 mode always has the AVX2 order, on AVX-512F
+// registers unless the ISA is kAvx2.
+enum class MatmulIsa { kAvx2, kAvx512F, kAvx512Bf16 };
 
-// The best ISA this CPU supports, unless $LAYERPIPE_MATMUL_ISA=avx2 forces the AVX2 kernel (so a
-// cluster mixing CPU generations can still produce bit-identical tokens). Read once per process.
+// The best ISA this CPU supports, unless $LAYERPIPE_MATMUL_ISA names another: avx2 (so a cluster mixing
+// CPU generations can still produce bit-identical tokens, or to compare kernels) or avx512f (the AVX2
+// order on an AVX-512 BF16 machine, at AVX-512 width). Read once per process.
 MatmulIsa ActiveMatmulIsa();
+bool CpuSupportsAvx512F();
 bool CpuSupportsAvx512Bf16();
 std::string_view MatmulIsaName(MatmulIsa isa);
 

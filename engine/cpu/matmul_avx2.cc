@@ -27,6 +27,8 @@ constexpr int kCols = 3;
 // cache-hot weight tile per row tile is cheap); beyond it, packing plus k blocking wins, mostly for
 // long k where x no longer fits in L2.
 constexpr int64_t kStreamMaxRows = 64;
+// With AVX-512F the blocked path's doubled FMA width pays from fewer rows on.
+constexpr int64_t kWideStreamMaxRows = 12;
 // Blocked path: kBlockCols weight columns x kBlockK values of k are packed (fp32, 192 KiB: L2) per
 // block; the x tile (4 rows x kBlockK) stays in L1. Larger blocks measured no better.
 constexpr int64_t kBlockCols = 48;
@@ -257,7 +259,9 @@ void BlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
 }  // namespace
 
 void Avx2Columns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
-  if (p.m <= kStreamMaxRows) {
+  if (p.wide && p.m > kWideStreamMaxRows) {
+    Avx512FBlockedColumns(p, j_begin, j_end);
+  } else if (p.m <= kStreamMaxRows) {
     StreamColumns(p, j_begin, j_end);
   } else {
     BlockedColumns(p, j_begin, j_end);

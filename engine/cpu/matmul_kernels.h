@@ -50,10 +50,14 @@ struct Avx2Problem {
   bool w_is_bf16;
   int64_t n;
   float* y;            // m rows of n floats
+  bool wide;           // long chunks on AVX-512F registers (matmul_avx512f.cc): same bits, CPU must have it
 };
 
 // Computes y[:, j_begin:j_end).
 void Avx2Columns(const Avx2Problem& p, int64_t j_begin, int64_t j_end);
+// The blocked path of Avx2Columns on AVX-512F registers, bit for bit the same. Only call when the CPU
+// supports AVX-512F.
+void Avx512FBlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end);
 
 // AVX-512 BF16 reduction order: lane l of a 16-float accumulator takes, for each block of 32 values
 // of k, the pair q = 32t + 2l, 32t + 2l + 1 through one vdpbf16ps, blocks in increasing t; then a

@@ -16,10 +16,18 @@
 namespace layerpipe {
 namespace {
 
-// The kernels this machine can run, for the bf16-x mode (fp32 mode always runs AVX2).
+// The kernels this machine can run, for the bf16-x mode (fp32 mode always has the AVX2 order).
 std::vector<MatmulIsa> RunnableIsas() {
   std::vector<MatmulIsa> isas = {MatmulIsa::kAvx2};
+  if (CpuSupportsAvx512F()) isas.push_back(MatmulIsa::kAvx512F);
   if (CpuSupportsAvx512Bf16()) isas.push_back(MatmulIsa::kAvx512Bf16);
+  return isas;
+}
+
+// The kernels that promise the AVX2 reduction order.
+std::vector<MatmulIsa> Avx2OrderIsas() {
+  std::vector<MatmulIsa> isas = {MatmulIsa::kAvx2};
+  if (CpuSupportsAvx512F()) isas.push_back(MatmulIsa::kAvx512F);
   return isas;
 }
 
@@ -141,6 +149,10 @@ TEST(MatmulTest, Bf16ModeRoundsXAndFp32ModeDoesNot) {
   }
 }
 
+bool SameBits(const float* a, const float* b, int64_t count) {
+  return std::memcmp(a, b, count * sizeof(float)) == 0;
+}
+
 // The AVX2 kernel's documented order, spelled out in scalar code: lane l accumulates q ≡ l (mod 8)
 // with fused multiply-adds in increasing q (zero padding past k), then ((l0+l4)+(l2+l6)) +
 // ((l1+l5)+(l3+l7)).
@@ -160,20 +172,24 @@ float Avx2OrderDot(const float* x, const uint16_t* w, int64_t k) {
   return t0 + t1;
 }
 
+// m = 40 (AVX-512F only), 80 and 301 take the blocked paths, 301 with a last partial row tile; n = 31
+// leaves the AVX-512F kernel a pair with one column.
 TEST(MatmulTest, Avx2KernelFollowsItsDocumentedReductionOrder) {
   ThreadPool pool(2);
   for (int64_t k : {96, 100, 2050, 3840}) {
-    for (int64_t m : {1, 5, 40, 80}) {
+    for (int64_t m : {1, 5, 40, 80, 301}) {
       const Problem p = MakeProblem(m, k, 31, static_cast<uint32_t>(k + m));
       for (bool x_as_bf16 : {true, false}) {
-        const std::vector<float> y = Compute(MatmulIsa::kAvx2, p, pool, x_as_bf16);
         std::vector<float> xr(p.x);
         if (x_as_bf16) RoundRowToBf16(xr.data(), xr.data(), static_cast<int64_t>(xr.size()));
-        for (int64_t i = 0; i < m; ++i) {
-          for (int64_t j = 0; j < p.n; ++j) {
-            const float expected = Avx2OrderDot(xr.data() + i * k, p.w.data() + j * k, k);
-            ASSERT_EQ(std::bit_cast<uint32_t>(y[i * p.n + j]), std::bit_cast<uint32_t>(expected))
-                << "k=" << k << " m=" << m << " (" << i << ", " << j << ") x_as_bf16=" << x_as_bf16;
+        for (MatmulIsa isa : Avx2OrderIsas()) {
+          const std::vector<float> y = Compute(isa, p, pool, x_as_bf16);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < p.n; ++j) {
+              const float expected = Avx2OrderDot(xr.data() + i * k, p.w.data() + j * k, k);
+              ASSERT_EQ(std::bit_cast<uint32_t>(y[i * p.n + j]), std::bit_cast<uint32_t>(expected))
+                  << Label(isa, x_as_bf16) << " k=" << k << " m=" << m << " (" << i << ", " << j << ")";
+            }
           }
         }
       }
@@ -181,8 +197,24 @@ TEST(MatmulTest, Avx2KernelFollowsItsDocumentedReductionOrder) {
   }
 }
 
-bool SameBits(const float* a, const float* b, int64_t count) {
-  return std::memcmp(a, b, count * sizeof(float)) == 0;
+// The AVX-512F kernel gives the AVX2 kernel's bits on the shapes the blocked paths split differently:
+// rows across row blocks and partial row tiles, columns across blocks, partial tiles and odd pairs, k
+// across k blocks and ragged ends, both weight types (MatmulF32 and the fp32-x mode of MatmulBf16).
+TEST(MatmulTest, Avx512FKernelGivesTheAvx2Bits) {
+  if (!CpuSupportsAvx512F()) GTEST_SKIP() << "no AVX-512F on this CPU";
+  ThreadPool pool(2);
+  for (int64_t m : {13, 16, 66, 259, 520}) {
+    for (int64_t n : {1, 13, 47, 49, 97}) {
+      for (int64_t k : {8, 99, 1030, 3840}) {
+        const Problem p = MakeProblem(m, k, n, static_cast<uint32_t>(m * 31 + n * 7 + k));
+        for (bool x_as_bf16 : {true, false}) {
+          ASSERT_TRUE(SameBits(Compute(MatmulIsa::kAvx512F, p, pool, x_as_bf16).data(),
+                               Compute(MatmulIsa::kAvx2, p, pool, x_as_bf16).data(), m * n))
+              << "m=" << m << " n=" << n << " k=" << k << " x_as_bf16=" << x_as_bf16;
+        }
+      }
+    }
+  }
 }
 
 // Every row of a big batch equals the same row computed alone (m = 1), and the same row placed at

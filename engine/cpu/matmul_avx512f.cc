@@ -1,0 +1,162 @@
+// The AVX2 kernel's blocked path (long prefill chunks) on 512-bit registers, for CPUs with AVX-512F
+// but without AVX-512 BF16 (Skylake-SP to Ice Lake servers): each register holds the 8 lanes of two
+// output columns side by side and x's 8 values are broadcast to both halves, so every lane runs
+// exactly the fused multiply-adds of kAvx2KStep in the same order and the halves are summed with the
+// AVX2 tree. The bits are the AVX2 kernel's; only the FMA width doubles.
+//
+// Everything that executes AVX-512 instructions carries LP_AVX512F; the front end calls in here only
+// after checking the CPU.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstring>
+#include <utility>
+
+#include "engine/cpu/avx2_sum.h"
+#include "engine/cpu/matmul_kernels.h"
+#include "engine/model/bf16.h"
+
+#define LP_AVX512F __attribute__((target("avx512f")))
+
+namespace layerpipe::matmul_internal {
+namespace {
+
+// Micro-tile: kRows rows x kPairs column pairs -> 24 accumulators + 6 weight vectors + 1 x vector of
+// the 32 zmm registers; 10 loads per 24 FMAs.
+constexpr int kRows = 4;
+constexpr int kPairs = 6;
+constexpr int kCols = 2 * kPairs;
+// kBlockCols weight columns x kBlockK values of k are packed (fp32, 96 KiB: L2) per block; the x tile
+// (4 rows x kBlockK) stays in L1.
+constexpr int64_t kBlockCols = 48;
+constexpr int64_t kBlockK = 256;
+// Rows per pass, so a k block of their x and their parked sums stay in L2 while the weight blocks go
+// past.
+constexpr int64_t kBlockRows = 256;
+static_assert(kBlockCols % kCols == 0 && kBlockCols % 2 == 0);
+
+// Packed tile: for each step of 8 values of k, kCols vectors of 8 fp32 back to back (column c at c * 8),
+// so one 512-bit load takes columns 2p and 2p + 1. Columns past `cols` and values past k are zero
+// (x is zero-padded past k by the front end).
+void PackTile(const Avx2Problem& p, int64_t j, int64_t cols, int64_t q0, int64_t len, float* out) {
+  const int64_t full_end = std::clamp(p.k / kAvx2KStep * kAvx2KStep, q0, q0 + len);
+  for (int64_t c = 0; c < kCols; ++c) {
+    float* dst = out + c * kAvx2KStep;
+    if (c >= cols) {
+      for (int64_t q = 0; q < len; q += kAvx2KStep) std::memset(dst + q * kCols, 0, kAvx2KStep * sizeof(float));
+      continue;
+    }
+    const int64_t row = (j + c) * p.k;
+    int64_t q = q0;
+    if (p.w_is_bf16) {
+      const uint16_t* w = static_cast<const uint16_t*>(p.w) + row;
+      for (; q < full_end; q += kAvx2KStep) _mm256_store_ps(dst + (q - q0) * kCols, Bf16x8ToF32(w + q));
+    } else {
+      const float* w = static_cast<const float*>(p.w) + row;
+      for (; q < full_end; q += kAvx2KStep) _mm256_store_ps(dst + (q - q0) * kCols, _mm256_loadu_ps(w + q));
+    }
+    for (; q < q0 + len; q += kAvx2KStep) {  // ragged end of k
+      alignas(32) float tail[kAvx2KStep] = {};
+      for (int64_t e = 0; e < kAvx2KStep && q + e < p.k; ++e) {
+        tail[e] = p.w_is_bf16 ? Bf16ToF32(static_cast<const uint16_t*>(p.w)[row + q + e])
+                              : static_cast<const float*>(p.w)[row + q + e];
+      }
+      std::memcpy(dst + (q - q0) * kCols, tail, sizeof(tail));
+    }
+  }
+}
+
+// The 8 lanes of one column (half 0: column 2p, half 1: column 2p + 1) summed with the AVX2 tree.
+LP_AVX512F inline float HalfSum(__m512 v, int half) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, v);
+  return HorizontalSum(_mm256_load_ps(lanes + 8 * half));
+}
+
+// One R x (2P) tile over one k block of len values: x rows from x (stride ldx), packed weights from
+// `tile`. Partial sums live in `park` (8 floats per (row, column), row stride park_ld columns) between
+// k blocks; the block that ends k writes the first `cols` columns of y.
+template <int R, int P>
+LP_AVX512F void Tile(const float* x, int64_t ldx, const float* tile, int64_t len, float* park, int64_t park_ld,
+                     bool first, bool last, float* y, int64_t ldy, int64_t cols) {
+  __m512 acc[R][P];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < P; ++c) {
+      acc[r][c] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + (r * park_ld + 2 * c) * kAvx2KStep);
+    }
+  }
+  for (int64_t q = 0; q < len; q += kAvx2KStep) {
+    __m512 wv[P];
+#pragma GCC unroll 8
+    for (int c = 0; c < P; ++c) wv[c] = _mm512_load_ps(tile + q * kCols + c * 2 * kAvx2KStep);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(x + r * ldx + q))));
+#pragma GCC unroll 8
+      for (int c = 0; c < P; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < P; ++c) {
+      if (!last) {
+        _mm512_store_ps(park + (r * park_ld + 2 * c) * kAvx2KStep, acc[r][c]);
+        continue;
+      }
+      y[r * ldy + 2 * c] = HalfSum(acc[r][c], 0);
+      if (2 * c + 1 < cols) y[r * ldy + 2 * c + 1] = HalfSum(acc[r][c], 1);
+    }
+  }
+}
+
+using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, bool, bool, float*, int64_t,
+                        int64_t);
+
+template <int R, int... Ps>
+constexpr std::array<TileFn, kPairs> TileRow(std::integer_sequence<int, Ps...>) {
+  return {&Tile<R, Ps + 1>...};
+}
+template <int... Rs>
+constexpr std::array<std::array<TileFn, kPairs>, kRows> TileTable(std::integer_sequence<int, Rs...>) {
+  return {TileRow<Rs + 1>(std::make_integer_sequence<int, kPairs>())...};
+}
+// [rows - 1][pairs - 1]
+constexpr auto kTiles = TileTable(std::make_integer_sequence<int, kRows>());
+
+void BlockedRows(const Avx2Problem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
+  const int64_t kp = RoundUp(p.k, kAvx2KStep);
+  float* packed = ThreadScratch<float, Slot::kPackedWeights>(kBlockCols * std::min(kBlockK, kp));
+  float* park =
+      kp > kBlockK ? ThreadScratch<float, Slot::kPartialSums>((i_end - i_begin) * kBlockCols * kAvx2KStep) : nullptr;
+  for (int64_t jc = j_begin; jc < j_end; jc += kBlockCols) {
+    const int64_t nc = std::min(kBlockCols, j_end - jc);
+    for (int64_t q0 = 0; q0 < kp; q0 += kBlockK) {
+      const int64_t len = std::min(kBlockK, kp - q0);
+      const bool first = q0 == 0, last = q0 + len >= kp;
+      // The tile of columns [t, t + kCols) is packed at packed + t * len.
+      for (int64_t t = 0; t < nc; t += kCols) PackTile(p, jc + t, std::min<int64_t>(kCols, nc - t), q0, len, packed + t * len);
+      for (int64_t t = 0; t < nc; t += kCols) {
+        const int64_t cols = std::min<int64_t>(kCols, nc - t);
+        for (int64_t i = i_begin; i < i_end; i += kRows) {
+          const int64_t rows = std::min<int64_t>(kRows, i_end - i);
+          kTiles[rows - 1][(cols + 1) / 2 - 1](p.x + i * p.ldx + q0, p.ldx, packed + t * len, len,
+                                                park ? park + ((i - i_begin) * kBlockCols + t) * kAvx2KStep : nullptr,
+                                                kBlockCols, first, last, p.y + i * p.n + jc + t, p.n, cols);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void Avx512FBlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
+  for (int64_t i = 0; i < p.m; i += kBlockRows) BlockedRows(p, i, std::min(p.m, i + kBlockRows), j_begin, j_end);
+}
+
+}  // namespace layerpipe::matmul_internal
