@@ -38,6 +38,13 @@ class StringIdMap {
   std::string_view Insert(std::string_view key, int32_t value);
   std::optional<int32_t> Find(std::string_view key) const;
   size_t size() const { return size_; }
+  // Calls f(key, value) for every entry, in no particular order.
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (const Slot& s : slots_) {
+      if (s.data != nullptr) f(std::string_view(s.data, s.length), s.value);
+    }
+  }
 
  private:
   struct Slot {
@@ -71,6 +78,11 @@ class Vocab {
   // One past the largest id that has a token.
   int32_t size() const { return static_cast<int32_t>(id_to_token_.size()); }
   std::optional<int32_t> Find(std::string_view token) const;
+  // Calls f(token, id) for every token Find knows, in no particular order.
+  template <typename F>
+  void ForEachToken(F&& f) const {
+    token_to_id_.ForEach(f);
+  }
   // Empty for ids without a token.
   std::string_view Token(int32_t id) const;
   bool HasToken(int32_t id) const { return id >= 0 && id < size() && id_to_token_[id].data() != nullptr; }

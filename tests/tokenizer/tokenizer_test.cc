@@ -488,6 +488,25 @@ TEST(MiniTokenizerTest, MergesByRankThenLeftmost) {
   EXPECT_EQ(tok2->Encode("aaa", false), Ids({8, 2}));
 }
 
+// Single characters of 1, 2 and 3 bytes that are tokens, and one that only a merge names (an extra
+// symbol, not a token): each is found as the symbol it is, so its merge applies.
+TEST(MiniTokenizerTest, SingleCharacterSymbolsOfEveryLength) {
+  nlohmann::json config = MiniTokenizer();
+  config["model"]["vocab"]["\xC3\xA9"] = 17;                   // é
+  config["model"]["vocab"]["\xE2\x82\xAC"] = 18;              // €
+  config["model"]["vocab"]["\xE2\x82\xAC" "x"] = 19;
+  config["model"]["vocab"]["\xC3\xB1" "y"] = 20;               // ñy, with no token for ñ
+  config["model"]["merges"].push_back({"\xE2\x82\xAC", "x"});
+  config["model"]["merges"].push_back({"\xC3\xB1", "y"});
+  auto tok = Mini(config);
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(tok->Encode("\xC3\xA9" "a", false), Ids({17, 2}));
+  EXPECT_EQ(tok->Encode("\xE2\x82\xAC" "x", false), Ids({19}));
+  EXPECT_EQ(tok->Encode("\xC3\xB1" "y", false), Ids({20}));
+  // ñ alone has no token: its bytes fall back.
+  EXPECT_EQ(tok->Encode("\xC3\xB1", false), Ids({100 + 0xC3, 100 + 0xB1}));
+}
+
 TEST(MiniTokenizerTest, ByteFallbackAndUnknown) {
   nlohmann::json config = MiniTokenizer();
   config["model"]["vocab"].erase("<0xA9>");
