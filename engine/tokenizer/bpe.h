@@ -55,7 +55,9 @@ class BpeModel {
   // Symbols are strings that take part in merges. A string that is a token uses its token id as symbol id;
   // other strings get ids from vocab size upward.
   StringIdMap extra_symbols_;
-  std::vector<int32_t> bmp_symbol_;  // symbol of each BMP code point's one-character string, or -1
+  // The symbol of each BMP code point's one-character string, or -1, up to the last code point that has
+  // one (the others below 0x10000 have none).
+  std::vector<int32_t> bmp_symbol_;
   std::vector<MergeSlot> merges_;
   uint64_t merge_mask_ = 0;
   int32_t byte_token_[256];

@@ -58,8 +58,11 @@ void StringIdMap::Grow() { Reserve(slots_.empty() ? 8 : slots_.size() * 7 / 10 +
 
 const char* StringIdMap::Store(std::string_view key) {
   if (blocks_.empty() || block_used_ + key.size() > block_size_) {
-    block_size_ = std::max<size_t>(size_t{1} << 20, key.size());
-    blocks_.push_back(std::make_unique<char[]>(block_size_));
+    // Blocks double from 4 KiB to 1 MiB, uninitialized: a small map (an added-token list, a tiny
+    // tokenizer) neither allocates nor clears a megabyte.
+    const size_t next = blocks_.empty() ? size_t{4} << 10 : std::min(size_t{1} << 20, 2 * block_size_);
+    block_size_ = std::max(next, key.size());
+    blocks_.push_back(std::make_unique_for_overwrite<char[]>(block_size_));
     block_used_ = 0;
   }
   char* dest = blocks_.back().get() + block_used_;
