@@ -27,8 +27,9 @@ constexpr int kCols = 3;
 // cache-hot weight tile per row tile is cheap); beyond it, packing plus k blocking wins, mostly for
 // long k where x no longer fits in L2.
 constexpr int64_t kStreamMaxRows = 64;
-// With AVX-512F the blocked path's doubled FMA width pays from fewer rows on.
-constexpr int64_t kWideStreamMaxRows = 12;
+// On AVX-512F registers (matmul_avx512f.cc) streaming with 8-row tiles is as fast up to 16 rows, and
+// packing pays from fewer rows on than here.
+constexpr int64_t kWideStreamMaxRows = 16;
 // Blocked path: kBlockCols weight columns x kBlockK values of k are packed (fp32, 192 KiB: L2) per
 // block; the x tile (4 rows x kBlockK) stays in L1. Larger blocks measured no better.
 constexpr int64_t kBlockCols = 48;
@@ -259,8 +260,12 @@ void BlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
 }  // namespace
 
 void Avx2Columns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
-  if (p.wide && p.m > kWideStreamMaxRows) {
-    Avx512FBlockedColumns(p, j_begin, j_end);
+  if (p.wide) {
+    if (p.m <= kWideStreamMaxRows) {
+      Avx512FStreamColumns(p, j_begin, j_end);
+    } else {
+      Avx512FBlockedColumns(p, j_begin, j_end);
+    }
   } else if (p.m <= kStreamMaxRows) {
     StreamColumns(p, j_begin, j_end);
   } else {

@@ -1,8 +1,10 @@
-// The AVX2 kernel's blocked path (long prefill chunks) on 512-bit registers, for CPUs with AVX-512F
-// but without AVX-512 BF16 (Skylake-SP to Ice Lake servers): each register holds the 8 lanes of two
-// output columns side by side and x's 8 values are broadcast to both halves, so every lane runs
-// exactly the fused multiply-adds of kAvx2KStep in the same order and the halves are summed with the
-// AVX2 tree. The bits are the AVX2 kernel's; only the FMA width doubles.
+// The AVX2 kernel on 512-bit registers, for CPUs with AVX-512F but without AVX-512 BF16 (Skylake-SP to
+// Ice Lake servers, VMs that hide BF16): each register holds the 8 lanes of two output columns side by
+// side and x's 8 values are broadcast to both halves, so every lane runs exactly the fused multiply-adds
+// of kAvx2KStep in the same order and the halves are summed with the AVX2 tree. The bits are the AVX2
+// kernel's; only the FMA width doubles. Two paths, as there:
+//  - streaming (decode batches, short chunks): weights read in place and widened in registers;
+//  - blocked (long chunks): weight blocks packed once and reused by every row tile.
 //
 // Everything that executes AVX-512 instructions carries LP_AVX512F; the front end calls in here only
 // after checking the CPU.
@@ -12,6 +14,7 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "engine/cpu/avx2_sum.h"
@@ -28,6 +31,11 @@ namespace {
 constexpr int kRows = 4;
 constexpr int kPairs = 6;
 constexpr int kCols = 2 * kPairs;
+// Streaming tile (decode batches, short chunks): up to kStreamRows rows, so a batch of 8 widens each
+// weight once; 24 accumulators + 3 weight vectors + 1 x vector.
+constexpr int kStreamRows = 8;
+constexpr int kStreamPairs = 3;
+constexpr int kStreamCols = 2 * kStreamPairs;
 // kBlockCols weight columns x kBlockK values of k are packed (fp32, 96 KiB) per block, and each packed
 // tile (kCols columns, 24 KiB) stays in L1 while all row tiles pass it, x coming from L2: the weights
 // are the wider operand (kPairs 64-byte loads a step against kRows 32-byte ones). kBlockK 256 and row
@@ -76,6 +84,80 @@ LP_AVX512F inline float HalfSum(__m512 v, int half) {
   return HorizontalSum(_mm256_load_ps(lanes + 8 * half));
 }
 
+LP_AVX512F inline __m512 Join(__m256 lo, __m256 hi) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+
+// Weight sources: Load(c, q) is pair c's two columns at k values [q, q + 8), side by side.
+// Packed (PackTile's layout), cache-resident by construction.
+struct PackedPairs {
+  static constexpr bool kPrefetch = false;
+  const float* tile;
+  LP_AVX512F __m512 Load(int c, int64_t q) const { return _mm512_load_ps(tile + q * kCols + c * 2 * kAvx2KStep); }
+  void Prefetch(int, int64_t) const {}
+};
+// In place (short chunks and decode batches): rows of W, widened in registers and prefetched, as the
+// AVX2 kernel's streaming path reads them. A pair's missing second column reads the first again.
+template <typename T>
+struct InPlacePairs {
+  static constexpr bool kPrefetch = true;
+  const T* lo[kPairs];
+  const T* hi[kPairs];
+  LP_AVX512F __m512 Load(int c, int64_t q) const {
+    if constexpr (std::is_same_v<T, uint16_t>) {
+      const __m256i both = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo[c] + q))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi[c] + q)), 1);
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(both), 16));
+    } else {
+      return Join(_mm256_loadu_ps(lo[c] + q), _mm256_loadu_ps(hi[c] + q));
+    }
+  }
+  void Prefetch(int c, int64_t q) const {
+    constexpr int64_t kAhead = 512 / sizeof(T);  // 512 bytes, as the AVX2 kernel
+    _mm_prefetch(reinterpret_cast<const char*>(lo[c] + q + kAhead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(hi[c] + q + kAhead), _MM_HINT_T0);
+  }
+};
+
+// acc[r][c] += x[r][q..] * w[c][q..] over q in [q_begin, q_end) (multiples of 8), in increasing q; x's
+// column for the source's q is x_q_offset + q.
+template <int R, int P, typename W>
+LP_AVX512F inline void Accumulate(const float* x, int64_t ldx, int64_t x_q_offset, const W& w, int64_t q_begin,
+                                  int64_t q_end, __m512 (&acc)[R][P]) {
+  for (int64_t q = q_begin; q < q_end; q += kAvx2KStep) {
+    if constexpr (W::kPrefetch) {
+      if ((q & 31) == 0) {  // one prefetch per column per 64 bytes of bf16
+#pragma GCC unroll 8
+        for (int c = 0; c < P; ++c) w.Prefetch(c, q);
+      }
+    }
+    __m512 wv[P];
+#pragma GCC unroll 8
+    for (int c = 0; c < P; ++c) wv[c] = w.Load(c, q);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 x8 = _mm256_loadu_ps(x + r * ldx + x_q_offset + q);
+      const __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(x8)));
+#pragma GCC unroll 8
+      for (int c = 0; c < P; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+    }
+  }
+}
+
+// y's first `cols` columns of the tile (row stride ldy) from the accumulators.
+template <int R, int P>
+LP_AVX512F inline void StoreSums(const __m512 (&acc)[R][P], float* y, int64_t ldy, int64_t cols) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < P; ++c) {
+      y[r * ldy + 2 * c] = HalfSum(acc[r][c], 0);
+      if (2 * c + 1 < cols) y[r * ldy + 2 * c + 1] = HalfSum(acc[r][c], 1);
+    }
+  }
+}
+
 // One R x (2P) tile over one k block of len values: x rows from x (stride ldx), packed weights from
 // `tile`. Partial sums live in `park` (8 floats per (row, column), row stride park_ld columns) between
 // k blocks; the block that ends k writes the first `cols` columns of y.
@@ -90,33 +172,57 @@ LP_AVX512F void Tile(const float* x, int64_t ldx, const float* tile, int64_t len
       acc[r][c] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + (r * park_ld + 2 * c) * kAvx2KStep);
     }
   }
-  for (int64_t q = 0; q < len; q += kAvx2KStep) {
-    __m512 wv[P];
-#pragma GCC unroll 8
-    for (int c = 0; c < P; ++c) wv[c] = _mm512_load_ps(tile + q * kCols + c * 2 * kAvx2KStep);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(x + r * ldx + q))));
-#pragma GCC unroll 8
-      for (int c = 0; c < P; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
-    }
+  Accumulate(x, ldx, 0, PackedPairs{tile}, 0, len, acc);
+  if (last) {
+    StoreSums(acc, y, ldy, cols);
+    return;
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
-    for (int c = 0; c < P; ++c) {
-      if (!last) {
-        _mm512_store_ps(park + (r * park_ld + 2 * c) * kAvx2KStep, acc[r][c]);
-        continue;
-      }
-      y[r * ldy + 2 * c] = HalfSum(acc[r][c], 0);
-      if (2 * c + 1 < cols) y[r * ldy + 2 * c + 1] = HalfSum(acc[r][c], 1);
-    }
+    for (int c = 0; c < P; ++c) _mm512_store_ps(park + (r * park_ld + 2 * c) * kAvx2KStep, acc[r][c]);
+  }
+}
+
+// Streaming: rows [i, i + R) x columns [j, j + cols) over the whole k, weights read in place; the
+// ragged end of k goes through a packed copy, zero past k like x.
+template <int R, int P, typename T>
+LP_AVX512F void StreamTileOf(const Avx2Problem& p, int64_t i, int64_t j, int64_t cols) {
+  const T* w = static_cast<const T*>(p.w);
+  InPlacePairs<T> src;
+  for (int c = 0; c < P; ++c) {
+    src.lo[c] = w + (j + 2 * c) * p.k;
+    src.hi[c] = 2 * c + 1 < cols ? src.lo[c] + p.k : src.lo[c];
+  }
+  __m512 acc[R][P];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < P; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  const float* x = p.x + i * p.ldx;
+  const int64_t k_full = p.k / kAvx2KStep * kAvx2KStep;
+  Accumulate(x, p.ldx, 0, src, 0, k_full, acc);
+  if (k_full < p.k) {
+    alignas(64) float packed[kAvx2KStep * kCols];
+    PackTile(p, j, cols, k_full, kAvx2KStep, packed);
+    Accumulate(x, p.ldx, k_full, PackedPairs{packed}, 0, kAvx2KStep, acc);
+  }
+  StoreSums(acc, p.y + i * p.n + j, p.n, cols);
+}
+
+template <int R, int P>
+void StreamTile(const Avx2Problem& p, int64_t i, int64_t j, int64_t cols) {
+  if (p.w_is_bf16) {
+    StreamTileOf<R, P, uint16_t>(p, i, j, cols);
+  } else {
+    StreamTileOf<R, P, float>(p, i, j, cols);
   }
 }
 
 using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, bool, bool, float*, int64_t,
                         int64_t);
+using StreamFn = void (*)(const Avx2Problem&, int64_t, int64_t, int64_t);
 
 template <int R, int... Ps>
 constexpr std::array<TileFn, kPairs> TileRow(std::integer_sequence<int, Ps...>) {
@@ -126,8 +232,17 @@ template <int... Rs>
 constexpr std::array<std::array<TileFn, kPairs>, kRows> TileTable(std::integer_sequence<int, Rs...>) {
   return {TileRow<Rs + 1>(std::make_integer_sequence<int, kPairs>())...};
 }
+template <int R, int... Ps>
+constexpr std::array<StreamFn, kStreamPairs> StreamRow(std::integer_sequence<int, Ps...>) {
+  return {&StreamTile<R, Ps + 1>...};
+}
+template <int... Rs>
+constexpr std::array<std::array<StreamFn, kStreamPairs>, kStreamRows> StreamTable(std::integer_sequence<int, Rs...>) {
+  return {StreamRow<Rs + 1>(std::make_integer_sequence<int, kStreamPairs>())...};
+}
 // [rows - 1][pairs - 1]
 constexpr auto kTiles = TileTable(std::make_integer_sequence<int, kRows>());
+constexpr auto kStreamTiles = StreamTable(std::make_integer_sequence<int, kStreamRows>());
 
 void BlockedRows(const Avx2Problem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
   const int64_t kp = RoundUp(p.k, kAvx2KStep);
@@ -158,6 +273,15 @@ void BlockedRows(const Avx2Problem& p, int64_t i_begin, int64_t i_end, int64_t j
 
 void Avx512FBlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
   for (int64_t i = 0; i < p.m; i += kBlockRows) BlockedRows(p, i, std::min(p.m, i + kBlockRows), j_begin, j_end);
+}
+
+void Avx512FStreamColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
+  for (int64_t j = j_begin; j < j_end; j += kStreamCols) {
+    const int64_t cols = std::min<int64_t>(kStreamCols, j_end - j);
+    for (int64_t i = 0; i < p.m; i += kStreamRows) {
+      kStreamTiles[std::min<int64_t>(kStreamRows, p.m - i) - 1][(cols + 1) / 2 - 1](p, i, j, cols);
+    }
+  }
 }
 
 }  // namespace layerpipe::matmul_internal

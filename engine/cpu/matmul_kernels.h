@@ -55,9 +55,10 @@ struct Avx2Problem {
 
 // Computes y[:, j_begin:j_end).
 void Avx2Columns(const Avx2Problem& p, int64_t j_begin, int64_t j_end);
-// The blocked path of Avx2Columns on AVX-512F registers, bit for bit the same. Only call when the CPU
-// supports AVX-512F.
+// The blocked and streaming paths of Avx2Columns on AVX-512F registers, bit for bit the same. Only call
+// when the CPU supports AVX-512F.
 void Avx512FBlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end);
+void Avx512FStreamColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end);
 
 // AVX-512 BF16 reduction order: lane l of a 16-float accumulator takes, for each block of 32 values
 // of k, the pair q = 32t + 2l, 32t + 2l + 1 through one vdpbf16ps, blocks in increasing t; then a

@@ -172,8 +172,8 @@ float Avx2OrderDot(const float* x, const uint16_t* w, int64_t k) {
   return t0 + t1;
 }
 
-// m = 40 (AVX-512F only), 80 and 301 take the blocked paths, 301 with a last partial row tile; n = 31
-// leaves the AVX-512F kernel a pair with one column.
+// m = 1 and 5 stream (AVX-512F: a partial 8-row tile), 40 (AVX-512F only), 80 and 301 take the blocked
+// paths, 301 with a last partial row tile; n = 31 leaves the AVX-512F kernel a pair with one column.
 TEST(MatmulTest, Avx2KernelFollowsItsDocumentedReductionOrder) {
   ThreadPool pool(2);
   for (int64_t k : {96, 100, 2050, 3840}) {
@@ -197,13 +197,14 @@ TEST(MatmulTest, Avx2KernelFollowsItsDocumentedReductionOrder) {
   }
 }
 
-// The AVX-512F kernel gives the AVX2 kernel's bits on the shapes the blocked paths split differently:
-// rows across row blocks and partial row tiles, columns across blocks, partial tiles and odd pairs, k
-// across k blocks and ragged ends, both weight types (MatmulF32 and the fp32-x mode of MatmulBf16).
+// The AVX-512F kernel gives the AVX2 kernel's bits on the shapes its paths split differently: rows
+// across the streaming/blocked switch (16), row blocks and partial row tiles, columns across blocks,
+// partial tiles and odd pairs, k across k blocks and ragged ends, both weight types (MatmulF32 and the
+// fp32-x mode of MatmulBf16).
 TEST(MatmulTest, Avx512FKernelGivesTheAvx2Bits) {
   if (!CpuSupportsAvx512F()) GTEST_SKIP() << "no AVX-512F on this CPU";
   ThreadPool pool(2);
-  for (int64_t m : {13, 16, 66, 259, 520}) {
+  for (int64_t m : {1, 2, 7, 8, 9, 16, 17, 66, 259, 520}) {
     for (int64_t n : {1, 13, 47, 49, 97}) {
       for (int64_t k : {8, 99, 1030, 3840}) {
         const Problem p = MakeProblem(m, k, n, static_cast<uint32_t>(m * 31 + n * 7 + k));
