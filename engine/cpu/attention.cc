@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "engine/cpu/attention_tiles.h"
+#include "engine/cpu/matmul.h"
 #include "engine/model/bf16.h"
 
 // glibc's libmvec: expf on 8 lanes (AVX2), each lane computed alone, within 3 ulp of exp.
@@ -94,13 +95,16 @@ void ScoreBlock(const Group& g, const T* const* keys, int64_t b, int64_t n, int6
   }
 }
 
-// out[v] += Σ_j p[v][j] · value[j] over the block's keys, in key order.
+// out[v] += Σ_j p[v][j] · value[j] over the block's keys, in key order; with `avx512`, the dims of
+// whole 16-float vectors on 512-bit registers (the same bits).
 template <typename T>
-void WeighBlock(const Group& g, const T* const* values, int64_t n, int hd) {
+void WeighBlock(const Group& g, const T* const* values, int64_t n, int hd, bool avx512) {
+  const int wide = avx512 ? hd / 16 * 16 : 0;
   const int whole = hd / 8 * 8;
+  if (wide > 0) WeighWide(g.p, g.vectors, values, n, wide, g.out);
   for (int r = 0; r < g.vectors; r += kQueries) {
     const int qn = std::min(kQueries, g.vectors - r);
-    for (int d = 0; d < whole; d += 8 * kDimVectors) {
+    for (int d = wide; d < whole; d += 8 * kDimVectors) {
       const int vn = std::min(kDimVectors, (whole - d) / 8);
       kWeighTiles<T>[qn - 1][vn - 1](g.p + r, values, n, d, g.out + r);
     }
@@ -256,7 +260,8 @@ void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd
     }
     ForKeyBlocks(c, a, e, [&](int64_t b, int64_t n) {
       for (int v = 0; v < g.vectors; ++v) g.p[v] = scores + v * g.ld + (b - a);
-      WithRows<T>(c, 1, koff, b, n, hd, g.vectors, s, [&](auto values) { WeighBlock(g, values, n, hd); });
+      WithRows<T>(c, 1, koff, b, n, hd, g.vectors, s,
+                  [&](auto values) { WeighBlock(g, values, n, hd, s.avx512); });
     });
   }
 }
@@ -355,6 +360,11 @@ void CombineSegments(const AttentionChunk& c, int head_begin, int head_end, int 
     float* out = c.out + (row_begin + v / heads) * c.out_stride + (head_begin + v % heads) * head_dim;
     CombineVector(partials, v, out);
   }
+}
+
+bool AttentionAvx512Default() {
+  static const bool on = CpuSupportsAvx512F() && ActiveMatmulIsa() != MatmulIsa::kAvx2;
+  return on;
 }
 
 void StoreChunk(const AttentionChunk& c) {

@@ -51,8 +51,13 @@ struct SegmentPartials {
   void Resize(int64_t vector_count, int64_t segment_count, int dim);
 };
 
+// Whether attention's weighted sums run on 512-bit registers by default: where the CPU has AVX-512F,
+// unless $LAYERPIPE_MATMUL_ISA=avx2 keeps every kernel at 256 bits. The bits are the same either way.
+bool AttentionAvx512Default();
+
 // Working memory of AttendHeads, one per thread, reused from call to call (it only grows).
 struct AttentionScratch {
+  bool avx512 = AttentionAvx512Default();  // tests turn it off to compare the two
   SegmentPartials partials;
   std::vector<float> scores;  // [query vectors][keys]
   std::vector<float> wide;    // a block of bf16 rows widened to fp32

@@ -97,6 +97,13 @@ inline void WeighTail(const float* const* p, int queries, const T* const* v, int
   }
 }
 
+// out[r][0 .. dims) += Σ_j p[r][j] · v[j][..] for r < queries, dims a multiple of 16: WeighTile's
+// arithmetic on 512-bit registers (attention_avx512f.cc). Only where the CPU has AVX-512F.
+void WeighWide(const float* const* p, int queries, const float* const* v, int64_t keys, int dims,
+               float* const* out);
+void WeighWide(const float* const* p, int queries, const uint16_t* const* v, int64_t keys, int dims,
+               float* const* out);
+
 }  // namespace layerpipe::attention_tiles
 
 #endif  // LAYERPIPE_ENGINE_CPU_ATTENTION_TILES_H_

@@ -1,6 +1,7 @@
 // The tiled CPU attention against a float64 reference, and its determinism contract: the same bits
 // whatever the chunking, the rows and heads given to a call, the key segments given to a call
-// (flash-decoding), or the kernel path (bf16 rows read in place or widened first).
+// (flash-decoding), or the kernel path (bf16 rows read in place or widened first, 256- or 512-bit
+// registers).
 #include "engine/cpu/attention.h"
 
 #include <gtest/gtest.h>
@@ -53,6 +54,7 @@ struct Split {
   int heads_per_call;  // divides heads / kv_heads
   int64_t rows_per_call;
   int64_t segments_per_call = 0;  // 0: AttendHeads
+  bool avx512 = true;             // false: 256-bit registers even where the CPU has AVX-512F
 };
 
 void AttendBySegments(const AttentionChunk& c, int h0, int h1, int kv_head, int hd, int64_t r0, int64_t r1,
@@ -73,6 +75,7 @@ std::vector<float> RunSequence(const Shape& s, Precision precision, const Inputs
   LayerKvCache cache(s.window > 0, s.window, kw, precision);
   std::vector<float> out(s.tokens * qw, NAN);
   AttentionScratch scratch;
+  scratch.avx512 = split.avx512 && AttentionAvx512Default();
   const int group = s.heads / s.kv_heads;
   int64_t pos0 = 0;
   for (int64_t n : chunks) {
@@ -185,6 +188,8 @@ TEST(AttentionTest, BitIdenticalWhateverTheChunkingRowsHeadsAndPath) {
       std::vector<Variant> variants = {
           {{s.tokens}, {1, 3}},  // rows and heads split differently
           {{s.tokens}, {group, 5}},
+          {{s.tokens}, {group, s.tokens, 0, /*avx512=*/false}},  // 256-bit registers where 512 would run
+          {{s.tokens}, {1, 1, 0, /*avx512=*/false}},             // the same, bf16 rows read in place
       };
       if (s.images.empty()) {
         variants.push_back({Chunks(s.tokens, {1}), {group, 1}});  // decode: one token at a time
