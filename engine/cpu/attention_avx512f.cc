@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <type_traits>
 #include <utility>
 
 #include "engine/cpu/attention_tiles.h"
