@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cstring>
 #include <utility>
 
@@ -117,32 +116,6 @@ inline void StoreSums(const __m256 (&acc)[R][C], float* y, int64_t ldy) {
     for (int c = 0; c < C; ++c) y[r * ldy + c] = HorizontalSum(acc[r][c]);
 }
 
-// Writes weight columns [j, j+C) over k values [q0, q0 + len) into packed layout, widened to fp32,
-// zero beyond the real k. len is a multiple of 8.
-template <int C>
-void PackCols(const Avx2Problem& p, int64_t j, int64_t q0, int64_t len, float* out) {
-  const int64_t full_end = std::min(q0 + len, p.k / kAvx2KStep * kAvx2KStep);
-  for (int c = 0; c < C; ++c) {
-    const int64_t row = (j + c) * p.k;
-    int64_t q = q0;
-    if (p.w_is_bf16) {
-      const uint16_t* w = static_cast<const uint16_t*>(p.w) + row;
-      for (; q < full_end; q += kAvx2KStep) _mm256_store_ps(out + (q - q0) * C + c * 8, WidenBf16(w + q));
-    } else {
-      const float* w = static_cast<const float*>(p.w) + row;
-      for (; q < full_end; q += kAvx2KStep) _mm256_store_ps(out + (q - q0) * C + c * 8, _mm256_loadu_ps(w + q));
-    }
-    for (; q < q0 + len; q += kAvx2KStep) {  // ragged end of k: zero padding, matching x
-      alignas(32) float tail[8] = {};
-      for (int64_t e = 0; e < 8 && q + e < p.k; ++e) {
-        tail[e] = p.w_is_bf16 ? std::bit_cast<float>(uint32_t{static_cast<const uint16_t*>(p.w)[row + q + e]} << 16)
-                              : static_cast<const float*>(p.w)[row + q + e];
-      }
-      std::memcpy(out + (q - q0) * C + c * 8, tail, sizeof(tail));
-    }
-  }
-}
-
 // Streaming path: whole k per tile, weights read in place.
 template <int R, int C>
 void StreamTile(const Avx2Problem& p, int64_t i, int64_t j) {
@@ -157,7 +130,7 @@ void StreamTile(const Avx2Problem& p, int64_t i, int64_t j) {
   }
   if (k_full < p.k) {  // ragged end of k: zero-padded copy, matching x's zero padding
     alignas(32) float packed[kAvx2KStep * C];
-    PackCols<C>(p, j, k_full, kAvx2KStep, packed);
+    PackColumns(p, j, C, C, k_full, kAvx2KStep, packed);
     Accumulate(x, p.ldx, k_full, PackedCols<C>{packed}, 0, kAvx2KStep, acc);
   }
   StoreSums(acc, p.y + i * p.n + j, p.n);
@@ -187,7 +160,6 @@ void BlockTile(const Avx2Problem& p, int64_t i, int64_t j, int64_t q0, int64_t l
 using StreamFn = void (*)(const Avx2Problem&, int64_t, int64_t);
 using BlockFn = void (*)(const Avx2Problem&, int64_t, int64_t, int64_t, int64_t, const float*, float*,
                          int64_t, bool, bool);
-using PackFn = void (*)(const Avx2Problem&, int64_t, int64_t, int64_t, float*);
 
 template <int R, int... Cs>
 constexpr std::array<StreamFn, kCols> StreamRow(std::integer_sequence<int, Cs...>) {
@@ -205,15 +177,10 @@ template <int... Rs>
 constexpr std::array<std::array<BlockFn, kCols>, kRows> BlockTable(std::integer_sequence<int, Rs...>) {
   return {BlockRow<Rs + 1>(std::make_integer_sequence<int, kCols>())...};
 }
-template <int... Cs>
-constexpr std::array<PackFn, kCols> PackTable(std::integer_sequence<int, Cs...>) {
-  return {&PackCols<Cs + 1>...};
-}
 
 // [rows - 1][cols - 1]
 constexpr auto kStreamTiles = StreamTable(std::make_integer_sequence<int, kRows>());
 constexpr auto kBlockTiles = BlockTable(std::make_integer_sequence<int, kRows>());
-constexpr auto kPackers = PackTable(std::make_integer_sequence<int, kCols>());
 
 void StreamColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
   for (int64_t j = j_begin; j < j_end; j += kCols) {
@@ -238,7 +205,8 @@ void BlockedRows(const Avx2Problem& p, int64_t i_begin, int64_t i_end, int64_t j
       const bool first = q0 == 0, last = q0 + len >= kp;
       // The tile of columns [t, t + kCols) is packed at packed + t * len (a last partial tile narrower).
       for (int64_t t = 0; t < nc; t += kCols) {
-        kPackers[std::min<int64_t>(kCols, nc - t) - 1](p, jc + t, q0, len, packed + t * len);
+        const int64_t cols = std::min<int64_t>(kCols, nc - t);
+        PackColumns(p, jc + t, cols, cols, q0, len, packed + t * len);
       }
       for (int64_t i = i_begin; i < i_end; i += kRows) {
         const int64_t rows = std::min<int64_t>(kRows, i_end - i);
@@ -258,6 +226,34 @@ void BlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
 }
 
 }  // namespace
+
+void PackColumns(const Avx2Problem& p, int64_t j, int64_t cols, int64_t stride, int64_t q0, int64_t len, float* out) {
+  const int64_t full_end = std::clamp(p.k / kAvx2KStep * kAvx2KStep, q0, q0 + len);
+  for (int64_t c = 0; c < stride; ++c) {
+    float* dst = out + c * kAvx2KStep;
+    if (c >= cols) {
+      for (int64_t q = 0; q < len; q += kAvx2KStep) std::memset(dst + q * stride, 0, kAvx2KStep * sizeof(float));
+      continue;
+    }
+    const int64_t row = (j + c) * p.k;
+    int64_t q = q0;
+    if (p.w_is_bf16) {
+      const uint16_t* w = static_cast<const uint16_t*>(p.w) + row;
+      for (; q < full_end; q += kAvx2KStep) _mm256_store_ps(dst + (q - q0) * stride, WidenBf16(w + q));
+    } else {
+      const float* w = static_cast<const float*>(p.w) + row;
+      for (; q < full_end; q += kAvx2KStep) _mm256_store_ps(dst + (q - q0) * stride, _mm256_loadu_ps(w + q));
+    }
+    for (; q < q0 + len; q += kAvx2KStep) {  // ragged end of k: zero padding, matching x
+      alignas(32) float tail[kAvx2KStep] = {};
+      for (int64_t e = 0; e < kAvx2KStep && q + e < p.k; ++e) {
+        tail[e] = p.w_is_bf16 ? Bf16ToF32(static_cast<const uint16_t*>(p.w)[row + q + e])
+                              : static_cast<const float*>(p.w)[row + q + e];
+      }
+      std::memcpy(dst + (q - q0) * stride, tail, sizeof(tail));
+    }
+  }
+}
 
 void Avx2Columns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
   if (p.wide) {

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -45,37 +44,6 @@ constexpr int64_t kBlockK = 512;
 constexpr int64_t kBlockRows = 256;
 static_assert(kBlockCols % kCols == 0 && kBlockCols % 2 == 0);
 
-// Packed tile: for each step of 8 values of k, kCols vectors of 8 fp32 back to back (column c at c * 8),
-// so one 512-bit load takes columns 2p and 2p + 1. Columns past `cols` and values past k are zero
-// (x is zero-padded past k by the front end).
-void PackTile(const Avx2Problem& p, int64_t j, int64_t cols, int64_t q0, int64_t len, float* out) {
-  const int64_t full_end = std::clamp(p.k / kAvx2KStep * kAvx2KStep, q0, q0 + len);
-  for (int64_t c = 0; c < kCols; ++c) {
-    float* dst = out + c * kAvx2KStep;
-    if (c >= cols) {
-      for (int64_t q = 0; q < len; q += kAvx2KStep) std::memset(dst + q * kCols, 0, kAvx2KStep * sizeof(float));
-      continue;
-    }
-    const int64_t row = (j + c) * p.k;
-    int64_t q = q0;
-    if (p.w_is_bf16) {
-      const uint16_t* w = static_cast<const uint16_t*>(p.w) + row;
-      for (; q < full_end; q += kAvx2KStep) _mm256_store_ps(dst + (q - q0) * kCols, Bf16x8ToF32(w + q));
-    } else {
-      const float* w = static_cast<const float*>(p.w) + row;
-      for (; q < full_end; q += kAvx2KStep) _mm256_store_ps(dst + (q - q0) * kCols, _mm256_loadu_ps(w + q));
-    }
-    for (; q < q0 + len; q += kAvx2KStep) {  // ragged end of k
-      alignas(32) float tail[kAvx2KStep] = {};
-      for (int64_t e = 0; e < kAvx2KStep && q + e < p.k; ++e) {
-        tail[e] = p.w_is_bf16 ? Bf16ToF32(static_cast<const uint16_t*>(p.w)[row + q + e])
-                              : static_cast<const float*>(p.w)[row + q + e];
-      }
-      std::memcpy(dst + (q - q0) * kCols, tail, sizeof(tail));
-    }
-  }
-}
-
 // The 8 lanes of one column (half 0: column 2p, half 1: column 2p + 1) summed with the AVX2 tree.
 LP_AVX512F inline float HalfSum(__m512 v, int half) {
   alignas(64) float lanes[16];
@@ -88,7 +56,7 @@ LP_AVX512F inline __m512 Join(__m256 lo, __m256 hi) {
 }
 
 // Weight sources: Load(c, q) is pair c's two columns at k values [q, q + 8), side by side.
-// Packed (PackTile's layout), cache-resident by construction.
+// Packed (PackColumns' layout with a stride of kCols), cache-resident by construction.
 struct PackedPairs {
   static constexpr bool kPrefetch = false;
   const float* tile;
@@ -204,7 +172,7 @@ LP_AVX512F void StreamTileOf(const Avx2Problem& p, int64_t i, int64_t j, int64_t
   Accumulate(x, p.ldx, 0, src, 0, k_full, acc);
   if (k_full < p.k) {
     alignas(64) float packed[kAvx2KStep * kCols];
-    PackTile(p, j, cols, k_full, kAvx2KStep, packed);
+    PackColumns(p, j, cols, kCols, k_full, kAvx2KStep, packed);
     Accumulate(x, p.ldx, k_full, PackedPairs{packed}, 0, kAvx2KStep, acc);
   }
   StoreSums(acc, p.y + i * p.n + j, p.n, cols);
@@ -254,7 +222,7 @@ void BlockedRows(const Avx2Problem& p, int64_t i_begin, int64_t i_end, int64_t j
       const int64_t len = std::min(kBlockK, kp - q0);
       const bool first = q0 == 0, last = q0 + len >= kp;
       // The tile of columns [t, t + kCols) is packed at packed + t * len.
-      for (int64_t t = 0; t < nc; t += kCols) PackTile(p, jc + t, std::min<int64_t>(kCols, nc - t), q0, len, packed + t * len);
+      for (int64_t t = 0; t < nc; t += kCols) PackColumns(p, jc + t, std::min<int64_t>(kCols, nc - t), kCols, q0, len, packed + t * len);
       for (int64_t t = 0; t < nc; t += kCols) {
         const int64_t cols = std::min<int64_t>(kCols, nc - t);
         for (int64_t i = i_begin; i < i_end; i += kRows) {

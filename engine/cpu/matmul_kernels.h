@@ -55,6 +55,10 @@ struct Avx2Problem {
 
 // Computes y[:, j_begin:j_end).
 void Avx2Columns(const Avx2Problem& p, int64_t j_begin, int64_t j_end);
+// Packs weight columns [j, j + cols) over k values [q0, q0 + len) (len a multiple of 8) as fp32: for each
+// step of 8 values, `stride` vectors of 8 back to back (column c at c * 8). Columns from cols to stride
+// and values past k are zero, matching x's zero padding.
+void PackColumns(const Avx2Problem& p, int64_t j, int64_t cols, int64_t stride, int64_t q0, int64_t len, float* out);
 // The blocked and streaming paths of Avx2Columns on AVX-512F registers, bit for bit the same. Only call
 // when the CPU supports AVX-512F.
 void Avx512FBlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end);
