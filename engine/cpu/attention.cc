@@ -82,10 +82,15 @@ struct Group {
   float** p;  // each vector's weights at the current key block
 };
 
-// scores[v][j - seg_begin] for the keys [b, b + n) of one block.
+// scores[v][j - seg_begin] for the keys [b, b + n) of one block; with `avx512`, two keys a 512-bit
+// register (the same bits).
 template <typename T>
 void ScoreBlock(const Group& g, const T* const* keys, int64_t b, int64_t n, int64_t seg_begin, int hd,
-                float* scores) {
+                float* scores, bool avx512) {
+  if (avx512) {
+    ScoreWide(g.q, g.vectors, keys, n, hd, scores + (b - seg_begin), g.ld);
+    return;
+  }
   for (int r = 0; r < g.vectors; r += kQueries) {
     const int qn = std::min(kQueries, g.vectors - r);
     for (int64_t c = 0; c < n; c += kKeys) {
@@ -241,7 +246,7 @@ void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd
     const int64_t e = std::min(span.last + 1, (span.first_segment + seg + 1) * kKeySegment);
     ForKeyBlocks(c, a, e, [&](int64_t b, int64_t n) {
       WithRows<T>(c, 0, koff, b, n, hd, g.vectors, s,
-                  [&](auto keys) { ScoreBlock(g, keys, b, n, a, hd, scores); });
+                  [&](auto keys) { ScoreBlock(g, keys, b, n, a, hd, scores, s.avx512); });
     });
     for (int v = 0; v < g.vectors; ++v) {
       const int64_t p = c.pos0 + row_begin + v / heads;

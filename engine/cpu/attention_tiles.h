@@ -97,6 +97,13 @@ inline void WeighTail(const float* const* p, int queries, const T* const* v, int
   }
 }
 
+// scores[r * ld + c] = q[r] · k[c] for r < queries, c < keys: ScoreTile's arithmetic on 512-bit
+// registers (attention_avx512f.cc). Only where the CPU has AVX-512F.
+void ScoreWide(const float* const* q, int queries, const float* const* k, int64_t keys, int hd, float* scores,
+               int64_t ld);
+void ScoreWide(const float* const* q, int queries, const uint16_t* const* k, int64_t keys, int hd, float* scores,
+               int64_t ld);
+
 // out[r][0 .. dims) += Σ_j p[r][j] · v[j][..] for r < queries, dims a multiple of 16: WeighTile's
 // arithmetic on 512-bit registers (attention_avx512f.cc). Only where the CPU has AVX-512F.
 void WeighWide(const float* const* p, int queries, const float* const* v, int64_t keys, int dims,

@@ -12,17 +12,18 @@
 
 #include <algorithm>
 #include <array>
-#include <type_traits>
 #include <utility>
 
-#include "engine/cpu/avx2_sum.h"
+#include "engine/cpu/avx512_pairs.h"
 #include "engine/cpu/matmul_kernels.h"
 #include "engine/model/bf16.h"
 
-#define LP_AVX512F __attribute__((target("avx512f")))
-
 namespace layerpipe::matmul_internal {
 namespace {
+
+using avx512_pairs::BroadcastHalves;
+using avx512_pairs::HalfSum;
+using avx512_pairs::LoadPair;
 
 // Micro-tile: kRows rows x kPairs column pairs -> 24 accumulators + 6 weight vectors + 1 x vector of
 // the 32 zmm registers; 10 loads per 24 FMAs.
@@ -44,17 +45,6 @@ constexpr int64_t kBlockK = 512;
 constexpr int64_t kBlockRows = 256;
 static_assert(kBlockCols % kCols == 0 && kBlockCols % 2 == 0);
 
-// The 8 lanes of one column (half 0: column 2p, half 1: column 2p + 1) summed with the AVX2 tree.
-LP_AVX512F inline float HalfSum(__m512 v, int half) {
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, v);
-  return HorizontalSum(_mm256_load_ps(lanes + 8 * half));
-}
-
-LP_AVX512F inline __m512 Join(__m256 lo, __m256 hi) {
-  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
-}
-
 // Weight sources: Load(c, q) is pair c's two columns at k values [q, q + 8), side by side.
 // Packed (PackColumns' layout with a stride of kCols), cache-resident by construction.
 struct PackedPairs {
@@ -70,16 +60,7 @@ struct InPlacePairs {
   static constexpr bool kPrefetch = true;
   const T* lo[kPairs];
   const T* hi[kPairs];
-  LP_AVX512F __m512 Load(int c, int64_t q) const {
-    if constexpr (std::is_same_v<T, uint16_t>) {
-      const __m256i both = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo[c] + q))),
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi[c] + q)), 1);
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(both), 16));
-    } else {
-      return Join(_mm256_loadu_ps(lo[c] + q), _mm256_loadu_ps(hi[c] + q));
-    }
-  }
+  LP_AVX512F __m512 Load(int c, int64_t q) const { return LoadPair(lo[c] + q, hi[c] + q); }
   void Prefetch(int c, int64_t q) const {
     constexpr int64_t kAhead = 512 / sizeof(T);  // 512 bytes, as the AVX2 kernel
     _mm_prefetch(reinterpret_cast<const char*>(lo[c] + q + kAhead), _MM_HINT_T0);
@@ -104,8 +85,7 @@ LP_AVX512F inline void Accumulate(const float* x, int64_t ldx, int64_t x_q_offse
     for (int c = 0; c < P; ++c) wv[c] = w.Load(c, q);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const __m256 x8 = _mm256_loadu_ps(x + r * ldx + x_q_offset + q);
-      const __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(x8)));
+      const __m512 xv = BroadcastHalves(x + r * ldx + x_q_offset + q);
 #pragma GCC unroll 8
       for (int c = 0; c < P; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
     }
