@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdint>
 #include <utility>
 
@@ -54,9 +53,7 @@ LP_AVX512F void ScoreTile16(const float* const* q, const T* const* k, int keys, 
   }
   for (int r = 0; r < Q; ++r) {
     for (int c = 0; c < 2 * P && c < keys; ++c) {
-      float s = HalfSum(acc[r][c / 2], c % 2);
-      for (int t = d; t < hd; ++t) s = std::fma(q[r][t], Widen(k[c][t]), s);
-      scores[r * ld + c] = s;
+      scores[r * ld + c] = ScoreTail(HalfSum(acc[r][c / 2], c % 2), q[r], k[c], d, hd);
     }
   }
 }

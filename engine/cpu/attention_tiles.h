@@ -30,6 +30,14 @@ inline __m256 Load8(const uint16_t* p) { return Bf16x8ToF32(p); }
 inline float Widen(float v) { return v; }
 inline float Widen(uint16_t v) { return Bf16ToF32(v); }
 
+// A score from its lanes' horizontal sum s (dims [0, d)): the dims past the last whole vector, one
+// scalar fused chain. Every score path ends here, so their tails agree.
+template <typename T>
+inline float ScoreTail(float s, const float* q, const T* k, int d, int hd) {
+  for (; d < hd; ++d) s = std::fma(q[d], Widen(k[d]), s);
+  return s;
+}
+
 // scores[r * ld + c] = q[r] · k[c] over hd dims, for Q query vectors and K keys.
 template <int Q, int K, typename T>
 inline void ScoreTile(const float* const* q, const T* const* k, int hd, float* scores, int64_t ld) {
@@ -52,9 +60,7 @@ inline void ScoreTile(const float* const* q, const T* const* k, int hd, float* s
   }
   for (int r = 0; r < Q; ++r) {
     for (int c = 0; c < K; ++c) {
-      float s = HorizontalSum(acc[r][c]);
-      for (int t = d; t < hd; ++t) s = std::fma(q[r][t], Widen(k[c][t]), s);
-      scores[r * ld + c] = s;
+      scores[r * ld + c] = ScoreTail(HorizontalSum(acc[r][c]), q[r], k[c], d, hd);
     }
   }
 }
