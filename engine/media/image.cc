@@ -108,6 +108,17 @@ absl::StatusOr<RgbImage> PrepareImage(std::string_view bytes, const MediaLimits&
                                                       limits.block));
   }
   if (target.height == image->height && target.width == image->width) return image;
+  // The resize widens every row first (Pillow's order), so a tall, narrow image passes through
+  // height x target width pixels: a 190 KB PNG of 1x50,000,000 within the pixel limit would need a
+  // 7.2 GB intermediate and a minute of CPU for its 48x13440 result. The intermediate may be no larger
+  // than the largest decoded image; this bounds the resize's memory and, with it, its work.
+  const int64_t passes_through = image->height * target.width;
+  if (target.width != image->width && passes_through > limits.max_image_pixels) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "image %dx%d is too elongated: resizing it to %dx%d passes through %dx%d = %d pixels, over the limit of %d",
+        image->width, image->height, target.width, target.height, target.width, image->height, passes_through,
+        limits.max_image_pixels));
+  }
   return ResizeBicubic(*image, target.height, target.width);
 }
 

@@ -33,7 +33,6 @@ struct PngReader {
   int64_t width = 0, height = 0;
   bool palette = false;
   std::vector<uint8_t> pixels;  // RGB, or palette indices
-  std::vector<png_bytep> rows;
   uint8_t table[256][3] = {};
 };
 
@@ -92,17 +91,20 @@ bool ReadPng(png_structp png, png_infop info, PngReader* r) {
     }
     if (color & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(png);
   }
-  png_set_interlace_handling(png);
+  const int passes = png_set_interlace_handling(png);
   png_read_update_info(png, info);
   const size_t channels = r->palette ? 1 : 3;
   if (png_get_bit_depth(png, info) != 8 || png_get_channels(png, info) != channels ||
       png_get_rowbytes(png, info) != w * channels) {
     png_error(png, "unexpected row layout after libpng's transformations");
   }
-  r->pixels.resize(static_cast<size_t>(w) * h * channels);
-  r->rows.resize(h);
-  for (png_uint_32 y = 0; y < h; ++y) r->rows[y] = r->pixels.data() + static_cast<size_t>(y) * w * channels;
-  png_read_image(png, r->rows.data());
+  // png_read_image's loop without its table of row pointers, which for a 1-pixel-wide image within the
+  // pixel limit would be 400 MB on top of the 150 MB of pixels. Each Adam7 pass adds to the rows in place.
+  const size_t stride = static_cast<size_t>(w) * channels;
+  r->pixels.resize(stride * h);
+  for (int pass = 0; pass < passes; ++pass) {
+    for (png_uint_32 y = 0; y < h; ++y) png_read_row(png, r->pixels.data() + y * stride, nullptr);
+  }
   return true;
 }
 

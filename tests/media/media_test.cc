@@ -384,6 +384,26 @@ TEST(PrepareImage, ResizesToTheTargetSize) {
   EXPECT_LE(ImageSoftTokens(*wide), 280);
 }
 
+// The resize widens rows before it shortens columns, so a tall sliver passes through height x target
+// width pixels; those are bounded like a decoded image's.
+TEST(PrepareImage, RefusesASliverWhoseResizeWouldPassThroughTooManyPixels) {
+  MediaLimits limits;
+  limits.max_image_pixels = 100'000;
+  auto fits = PrepareImage(WriteRgbPng(1, 2000, Pattern(1, 2000, 3)), limits);  // 48 x 2000 on the way
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(fits->width, 48);
+  ExpectInvalid(PrepareImage(WriteRgbPng(1, 3000, Pattern(1, 3000, 3)), limits).status(),
+                "image 1x3000 is too elongated: resizing it to 48x13440 passes through 48x3000 = 144000 pixels, "
+                "over the limit of 100000");
+  // The same sliver lying down is narrowed first and never passes through more than it holds.
+  auto wide = PrepareImage(WriteRgbPng(3000, 1, Pattern(3000, 1, 3)), limits);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  EXPECT_EQ(wide->height, 48);
+  // With the default limits: 2,000,000 x 1 pixels decode (within 50 M) but would pass through 96 M.
+  ExpectInvalid(PrepareImage(WriteRgbPng(1, 2'000'000, std::vector<uint8_t>(6'000'000, 7)), MediaLimits{}).status(),
+                "passes through 48x2000000 = 96000000 pixels, over the limit of 50000000");
+}
+
 TEST(PrepareImage, LeavesAnImageAtTheTargetSizeUntouched) {
   const std::vector<uint8_t> rgb = Pattern(768, 768, 3);
   auto prepared = PrepareImage(WriteRgbPng(768, 768, rgb), MediaLimits{});

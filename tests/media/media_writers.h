@@ -42,6 +42,7 @@ inline std::string WritePng(const PngSpec& s) {
     return "";
   }
   png_set_write_fn(png, &out, PngAppend, nullptr);
+  png_set_user_limits(png, PNG_UINT_31_MAX, PNG_UINT_31_MAX);  // slivers past libpng's default 1 M rows
   png_set_IHDR(png, info, s.width, s.height, s.bit_depth, s.color_type,
                s.interlaced ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
                PNG_FILTER_TYPE_DEFAULT);
