@@ -118,7 +118,8 @@ void WeighBlock(const Group& g, const T* const* values, int64_t n, int hd, bool 
 }
 
 // The rows [b, b + n) of K (which = 0) or V (which = 1) as pointers: chunk rows (fp32) at and after
-// pos0, cache rows (T) before it. bf16 rows reused by several query tiles are widened into `wide`.
+// pos0, cache rows (T) before it. bf16 rows reused by several query tiles are widened into `wide`
+// (but for keys that ScoreWide packs).
 // Calls fn(pointers) with pointers to float or to T.
 template <typename T, typename Fn>
 void WithRows(const AttentionChunk& c, int which, int64_t koff, int64_t b, int64_t n, int hd, int vectors,
@@ -134,7 +135,9 @@ void WithRows(const AttentionChunk& c, int which, int64_t koff, int64_t b, int64
     return (which == 0 ? c.cache->K<T>(pos) : c.cache->V<T>(pos)) + koff;
   };
   if constexpr (std::is_same_v<T, uint16_t>) {
-    if (vectors > kQueries) {
+    // Keys for 512-bit registers are widened as ScoreWide packs them, so not here as well.
+    const bool packed_keys = which == 0 && s.avx512 && hd % 8 == 0;
+    if (vectors > kQueries && !packed_keys) {
       s.wide.resize(static_cast<size_t>(n * hd));
       for (int64_t j = 0; j < n; ++j) {
         Bf16ToF32Row(row(b + j), s.wide.data() + j * hd, hd);

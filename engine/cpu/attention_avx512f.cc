@@ -15,6 +15,7 @@
 
 #include "engine/cpu/attention_tiles.h"
 #include "engine/cpu/avx512_pairs.h"
+#include "engine/cpu/thread_scratch.h"
 
 namespace layerpipe::attention_tiles {
 namespace {
@@ -27,23 +28,33 @@ using avx512_pairs::LoadPair;
 constexpr int kScoreQueries = 4;
 constexpr int kKeyPairs = 6;
 
-// scores[r * ld + c] = q[r] · k[c] for Q query vectors and the first `keys` (<= 2P) keys; a pair's
-// missing second key reads the first again and is not stored.
-template <int Q, int P, typename T>
-LP_AVX512F void ScoreTile16(const float* const* q, const T* const* k, int keys, int hd, float* scores, int64_t ld) {
-  const T* second[P];
-#pragma GCC unroll 8
-  for (int c = 0; c < P; ++c) second[c] = k[std::min(2 * c + 1, keys - 1)];
-  __m512 acc[Q][P];
+// Key sources: Load(c, d) is pair c's two keys at dims [d, d + 8), side by side.
+// Rows in place: two half loads and a join per pair and step (and the widening for bf16).
+template <typename T, int P>
+struct RowPairs {
+  const T* lo[P];
+  const T* hi[P];
+  LP_AVX512F __m512 Load(int c, int d) const { return LoadPair(lo[c] + d, hi[c] + d); }
+};
+// Packed by PackKeyPairs: one aligned load. The joins and widenings run on port 5, which on these CPUs
+// also issues half of the 512-bit multiply-adds, so in place they cost a fifth of the tile's time.
+struct PackedPairs {
+  const float* pairs;
+  int64_t stride;  // floats from one pair to the next: 2 * head_dim
+  LP_AVX512F __m512 Load(int c, int d) const { return _mm512_load_ps(pairs + c * stride + 2 * d); }
+};
+
+// acc[r][c] += q[r][d ..] x pair c over the whole vectors of dims [0, hd8).
+template <int Q, int P, typename Src>
+LP_AVX512F inline void AccumulateScores(const float* const* q, const Src& k, int hd8, __m512 (&acc)[Q][P]) {
 #pragma GCC unroll 8
   for (int r = 0; r < Q; ++r)
 #pragma GCC unroll 8
     for (int c = 0; c < P; ++c) acc[r][c] = _mm512_setzero_ps();
-  int d = 0;
-  for (; d + 8 <= hd; d += 8) {
+  for (int d = 0; d < hd8; d += 8) {
     __m512 kv[P];
 #pragma GCC unroll 8
-    for (int c = 0; c < P; ++c) kv[c] = LoadPair(k[2 * c] + d, second[c] + d);
+    for (int c = 0; c < P; ++c) kv[c] = k.Load(c, d);
 #pragma GCC unroll 8
     for (int r = 0; r < Q; ++r) {
       const __m512 qv = BroadcastHalves(q[r] + d);
@@ -51,9 +62,125 @@ LP_AVX512F void ScoreTile16(const float* const* q, const T* const* k, int keys, 
       for (int c = 0; c < P; ++c) acc[r][c] = _mm512_fmadd_ps(qv, kv[c], acc[r][c]);
     }
   }
+}
+
+// The AVX2 tree (avx2_sum.h) of many scores at once: with s = lanes l + l+4, t = (s0 + s2, s1 + s3),
+// score = t0 + t1, the same additions of the same operands as one score at a time through memory.
+// Step s: of x's and y's pairs (two keys each), the four keys' s, one per 128-bit block.
+LP_AVX512F inline __m512 TreeS(__m512 x, __m512 y) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
+}
+// Step t: block i holds (t0, t1) of x's key in block i, then of y's.
+LP_AVX512F inline __m512 TreeT(__m512 x, __m512 y) {
+  return _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x44), _mm512_shuffle_ps(x, y, 0xEE));
+}
+
+// out[0 .. keys) = the scores of one query's P pairs (keys <= 2P), 12 at a time.
+template <int P>
+LP_AVX512F inline void StoreScoreSums(const __m512 (&acc)[P], int keys, float* out) {
+  static_assert(P <= 6);
+  __m512 a[6];
+#pragma GCC unroll 6
+  for (int c = 0; c < 6; ++c) a[c] = c < P ? acc[c] : _mm512_setzero_ps();
+  const __m512 w0 = TreeS(a[0], a[1]), w1 = TreeS(a[2], a[3]), w2 = TreeS(a[4], a[5]);  // keys 4i .. 4i + 3
+  const __m512 z0 = TreeT(w0, w1), z1 = TreeT(w2, w2);  // block i: keys i, 4 + i; 8 + i twice
+  // Block i: the scores of keys i, 4 + i, 8 + i (and 8 + i again); then into key order.
+  const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(z0, z1, 0x88), _mm512_shuffle_ps(z0, z1, 0xDD));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << keys) - 1), _mm512_permutexvar_ps(order, f));
+}
+
+// scores[r * ld + c] = q[r] · k[c] for Q query vectors and the first `keys` (<= 2P) keys, read in
+// place; a pair's missing second key reads the first again and is not stored.
+template <int Q, int P, typename T>
+LP_AVX512F void ScoreTile16(const float* const* q, const T* const* k, int keys, int hd, float* scores, int64_t ld) {
+  RowPairs<T, P> src;
+#pragma GCC unroll 8
+  for (int c = 0; c < P; ++c) {
+    src.lo[c] = k[2 * c];
+    src.hi[c] = k[std::min(2 * c + 1, keys - 1)];
+  }
+  __m512 acc[Q][P];
+  const int hd8 = hd / 8 * 8;
+  AccumulateScores(q, src, hd8, acc);
+  if (hd8 == hd) {
+#pragma GCC unroll 8
+    for (int r = 0; r < Q; ++r) StoreScoreSums(acc[r], keys, scores + r * ld);
+    return;
+  }
   for (int r = 0; r < Q; ++r) {
     for (int c = 0; c < 2 * P && c < keys; ++c) {
-      scores[r * ld + c] = ScoreTail(HalfSum(acc[r][c / 2], c % 2), q[r], k[c], d, hd);
+      scores[r * ld + c] = ScoreTail(HalfSum(acc[r][c / 2], c % 2), q[r], k[c], hd8, hd);
+    }
+  }
+}
+
+// The same from keys packed by PackKeyPairs (hd a multiple of 8).
+template <int Q, int P>
+LP_AVX512F void PackedScoreTile(const float* const* q, const float* pairs, int keys, int hd, float* scores,
+                                int64_t ld) {
+  __m512 acc[Q][P];
+  AccumulateScores(q, PackedPairs{pairs, 2 * hd}, hd, acc);
+#pragma GCC unroll 8
+  for (int r = 0; r < Q; ++r) StoreScoreSums(acc[r], keys, scores + r * ld);
+}
+
+// keys [0, n) as pairs for PackedPairs: pair p's 8-dim steps back to back, 16 floats each (key 2p in
+// the low half, 2p + 1 in the high half; a missing last key repeats the one before).
+enum class AttentionSlot { kKeyPairs };
+template <typename T>
+LP_AVX512F const float* PackKeyPairs(const T* const* k, int64_t n, int hd) {
+  float* out = ThreadScratch<float, AttentionSlot::kKeyPairs>(static_cast<size_t>((n + 1) / 2 * 2 * hd));
+  for (int64_t p = 0; p < (n + 1) / 2; ++p) {
+    const T* lo = k[2 * p];
+    const T* hi = k[std::min(2 * p + 1, n - 1)];
+    float* dst = out + p * 2 * hd;
+    for (int d = 0; d < hd; d += 8) _mm512_store_ps(dst + 2 * d, LoadPair(lo + d, hi + d));
+  }
+  return out;
+}
+
+// [rows - 1][columns - 1] tables of a tile template's partial instances at the edges: F<R, C>::kFn.
+template <template <int, int> class F, int R, int... Cs>
+constexpr auto TableRow(std::integer_sequence<int, Cs...>) {
+  return std::array{F<R, Cs + 1>::kFn...};
+}
+template <template <int, int> class F, int kColumns, int... Rs>
+constexpr auto Table(std::integer_sequence<int, Rs...>) {
+  return std::array{TableRow<F, Rs + 1>(std::make_integer_sequence<int, kColumns>())...};
+}
+
+template <typename T>
+struct RowScoreTiles {
+  template <int Q, int P>
+  struct Of {
+    static constexpr auto kFn = &ScoreTile16<Q, P, T>;
+  };
+};
+template <int Q, int P>
+struct PackedScoreTiles {
+  static constexpr auto kFn = &PackedScoreTile<Q, P>;
+};
+template <typename T>
+constexpr auto kScoreTiles16 =
+    Table<RowScoreTiles<T>::template Of, kKeyPairs>(std::make_integer_sequence<int, kScoreQueries>());
+constexpr auto kPackedScoreTiles = Table<PackedScoreTiles, kKeyPairs>(std::make_integer_sequence<int, kScoreQueries>());
+
+template <typename T>
+void Score16(const float* const* q, int queries, const T* const* k, int64_t keys, int hd, float* scores,
+             int64_t ld) {
+  // Packed once when more than one tile of queries reads the keys.
+  const float* pairs = queries > kScoreQueries && hd % 8 == 0 ? PackKeyPairs(k, keys, hd) : nullptr;
+  // Key tiles outer: a tile's rows (12 x 512 fp32 = 24 KiB at most) stay in L1 while every query passes.
+  for (int64_t c = 0; c < keys; c += 2 * kKeyPairs) {
+    const int kn = static_cast<int>(std::min<int64_t>(2 * kKeyPairs, keys - c));
+    for (int r = 0; r < queries; r += kScoreQueries) {
+      const int qn = std::min(kScoreQueries, queries - r);
+      if (pairs != nullptr) {
+        kPackedScoreTiles[qn - 1][(kn + 1) / 2 - 1](q + r, pairs + c * hd, kn, hd, scores + r * ld + c, ld);
+      } else {
+        kScoreTiles16<T>[qn - 1][(kn + 1) / 2 - 1](q + r, k + c, kn, hd, scores + r * ld + c, ld);
+      }
     }
   }
 }
@@ -94,48 +221,15 @@ LP_AVX512F void WeighTile16(const float* const* p, const T* const* v, int64_t ke
 }
 
 template <typename T>
-using ScoreFn = void (*)(const float* const*, const T* const*, int, int, float*, int64_t);
-
-template <typename T, int Q, int... Ps>
-constexpr std::array<ScoreFn<T>, kKeyPairs> ScoreRow(std::integer_sequence<int, Ps...>) {
-  return {&ScoreTile16<Q, Ps + 1, T>...};
-}
-template <typename T, int... Qs>
-constexpr std::array<std::array<ScoreFn<T>, kKeyPairs>, kScoreQueries> ScoreTable(std::integer_sequence<int, Qs...>) {
-  return {ScoreRow<T, Qs + 1>(std::make_integer_sequence<int, kKeyPairs>())...};
-}
-// [queries - 1][pairs - 1]
+struct WeighTiles16 {
+  template <int Q, int V>
+  struct Of {
+    static constexpr auto kFn = &WeighTile16<Q, V, T>;
+  };
+};
 template <typename T>
-constexpr auto kScoreTiles16 = ScoreTable<T>(std::make_integer_sequence<int, kScoreQueries>());
-
-template <typename T>
-void Score16(const float* const* q, int queries, const T* const* k, int64_t keys, int hd, float* scores,
-             int64_t ld) {
-  // Key tiles outer: a tile's rows (12 x 512 fp32 = 24 KiB at most) stay in L1 while every query passes.
-  for (int64_t c = 0; c < keys; c += 2 * kKeyPairs) {
-    const int kn = static_cast<int>(std::min<int64_t>(2 * kKeyPairs, keys - c));
-    for (int r = 0; r < queries; r += kScoreQueries) {
-      const int qn = std::min(kScoreQueries, queries - r);
-      kScoreTiles16<T>[qn - 1][(kn + 1) / 2 - 1](q + r, k + c, kn, hd, scores + r * ld + c, ld);
-    }
-  }
-}
-
-template <typename T>
-using WeighFn = void (*)(const float* const*, const T* const*, int64_t, int, float* const*);
-
-template <typename T, int Q, int... Vs>
-constexpr std::array<WeighFn<T>, kWideVectors> WeighRow(std::integer_sequence<int, Vs...>) {
-  return {&WeighTile16<Q, Vs + 1, T>...};
-}
-template <typename T, int... Qs>
-constexpr std::array<std::array<WeighFn<T>, kWideVectors>, kWideQueries> WeighTable(
-    std::integer_sequence<int, Qs...>) {
-  return {WeighRow<T, Qs + 1>(std::make_integer_sequence<int, kWideVectors>())...};
-}
-// [queries - 1][vectors - 1]
-template <typename T>
-constexpr auto kWeighTiles16 = WeighTable<T>(std::make_integer_sequence<int, kWideQueries>());
+constexpr auto kWeighTiles16 =
+    Table<WeighTiles16<T>::template Of, kWideVectors>(std::make_integer_sequence<int, kWideQueries>());
 
 template <typename T>
 void Weigh16(const float* const* p, int queries, const T* const* v, int64_t keys, int dims, float* const* out) {

@@ -5,37 +5,16 @@
 #define LAYERPIPE_ENGINE_CPU_MATMUL_KERNELS_H_
 
 #include <cstdint>
-#include <cstdlib>
-#include <memory>
-#include <new>
+
+#include "engine/cpu/thread_scratch.h"
 
 namespace layerpipe::matmul_internal {
 
 constexpr int64_t RoundUp(int64_t v, int64_t multiple) { return (v + multiple - 1) / multiple * multiple; }
 
-// Buffers for scratch data that is reused from call to call, one per thread and Slot. They only
-// grow, so steady-state calls never allocate. Aligned to 64 bytes: rows padded to whole vectors
-// then never split a vector load across cache lines.
+// The kernels' per-thread scratch buffers (thread_scratch.h), one per use.
 enum class Slot { kActivations, kPackedWeights, kPartialSums };
-
-template <typename T, Slot kSlot>
-T* ThreadScratch(size_t count) {
-  struct Buffer {
-    std::unique_ptr<T[], decltype(&std::free)> data{nullptr, &std::free};
-    size_t capacity = 0;
-  };
-  thread_local Buffer buf;
-  if (count > buf.capacity) {
-    const size_t bytes = static_cast<size_t>(RoundUp(static_cast<int64_t>(count * sizeof(T)), 64));
-    buf.data.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
-    if (buf.data == nullptr) {
-      buf.capacity = 0;
-      throw std::bad_alloc();
-    }
-    buf.capacity = bytes / sizeof(T);
-  }
-  return buf.data.get();
-}
+using layerpipe::ThreadScratch;
 
 // AVX2 reduction order: lane l of an 8-float accumulator sums x[i,q]·w[j,q] for q ≡ l (mod 8) in
 // increasing q, one fused multiply-add each; the lanes are then added in a fixed tree.
