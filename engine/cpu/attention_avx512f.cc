@@ -23,6 +23,7 @@ namespace {
 using avx512_pairs::BroadcastHalves;
 using avx512_pairs::HalfSum;
 using avx512_pairs::LoadPair;
+using avx512_pairs::StorePairSums;
 
 // Query vectors x key pairs per score tile: 24 accumulators + 6 key pairs + 1 query of the 32 zmm.
 constexpr int kScoreQueries = 4;
@@ -64,32 +65,6 @@ LP_AVX512F inline void AccumulateScores(const float* const* q, const Src& k, int
   }
 }
 
-// The AVX2 tree (avx2_sum.h) of many scores at once: with s = lanes l + l+4, t = (s0 + s2, s1 + s3),
-// score = t0 + t1, the same additions of the same operands as one score at a time through memory.
-// Step s: of x's and y's pairs (two keys each), the four keys' s, one per 128-bit block.
-LP_AVX512F inline __m512 TreeS(__m512 x, __m512 y) {
-  return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
-}
-// Step t: block i holds (t0, t1) of x's key in block i, then of y's.
-LP_AVX512F inline __m512 TreeT(__m512 x, __m512 y) {
-  return _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x44), _mm512_shuffle_ps(x, y, 0xEE));
-}
-
-// out[0 .. keys) = the scores of one query's P pairs (keys <= 2P), 12 at a time.
-template <int P>
-LP_AVX512F inline void StoreScoreSums(const __m512 (&acc)[P], int keys, float* out) {
-  static_assert(P <= 6);
-  __m512 a[6];
-#pragma GCC unroll 6
-  for (int c = 0; c < 6; ++c) a[c] = c < P ? acc[c] : _mm512_setzero_ps();
-  const __m512 w0 = TreeS(a[0], a[1]), w1 = TreeS(a[2], a[3]), w2 = TreeS(a[4], a[5]);  // keys 4i .. 4i + 3
-  const __m512 z0 = TreeT(w0, w1), z1 = TreeT(w2, w2);  // block i: keys i, 4 + i; 8 + i twice
-  // Block i: the scores of keys i, 4 + i, 8 + i (and 8 + i again); then into key order.
-  const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(z0, z1, 0x88), _mm512_shuffle_ps(z0, z1, 0xDD));
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << keys) - 1), _mm512_permutexvar_ps(order, f));
-}
-
 // scores[r * ld + c] = q[r] · k[c] for Q query vectors and the first `keys` (<= 2P) keys, read in
 // place; a pair's missing second key reads the first again and is not stored.
 template <int Q, int P, typename T>
@@ -105,7 +80,7 @@ LP_AVX512F void ScoreTile16(const float* const* q, const T* const* k, int keys, 
   AccumulateScores(q, src, hd8, acc);
   if (hd8 == hd) {
 #pragma GCC unroll 8
-    for (int r = 0; r < Q; ++r) StoreScoreSums(acc[r], keys, scores + r * ld);
+    for (int r = 0; r < Q; ++r) StorePairSums(acc[r], keys, scores + r * ld);
     return;
   }
   for (int r = 0; r < Q; ++r) {
@@ -122,7 +97,7 @@ LP_AVX512F void PackedScoreTile(const float* const* q, const float* pairs, int k
   __m512 acc[Q][P];
   AccumulateScores(q, PackedPairs{pairs, 2 * hd}, hd, acc);
 #pragma GCC unroll 8
-  for (int r = 0; r < Q; ++r) StoreScoreSums(acc[r], keys, scores + r * ld);
+  for (int r = 0; r < Q; ++r) StorePairSums(acc[r], keys, scores + r * ld);
 }
 
 // keys [0, n) as pairs for PackedPairs: pair p's 8-dim steps back to back, 16 floats each (key 2p in

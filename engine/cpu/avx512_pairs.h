@@ -42,6 +42,34 @@ LP_AVX512F inline float HalfSum(__m512 v, int half) {
   return HorizontalSum(_mm256_load_ps(lanes + 8 * half));
 }
 
+// The AVX2 tree of many halves at once: with s = lanes l + l+4, t = (s0 + s2, s1 + s3), sum = t0 + t1,
+// the same additions of the same operands as HalfSum, 12 halves across registers instead of one at a
+// time through memory.
+// Step s: of x's and y's halves (two each), the four halves' s, one per 128-bit block.
+LP_AVX512F inline __m512 TreeS(__m512 x, __m512 y) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
+}
+// Step t: block i holds (t0, t1) of x's half in block i, then of y's.
+LP_AVX512F inline __m512 TreeT(__m512 x, __m512 y) {
+  return _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x44), _mm512_shuffle_ps(x, y, 0xEE));
+}
+
+// out[0 .. count) = the sums of the halves of acc[0 .. P) in order (count <= 2P <= 12): what
+// out[i] = HalfSum(acc[i / 2], i % 2) gives, with one masked store.
+template <int P>
+LP_AVX512F inline void StorePairSums(const __m512 (&acc)[P], int count, float* out) {
+  static_assert(P <= 6);
+  __m512 a[6];
+#pragma GCC unroll 6
+  for (int c = 0; c < 6; ++c) a[c] = c < P ? acc[c] : _mm512_setzero_ps();
+  const __m512 w0 = TreeS(a[0], a[1]), w1 = TreeS(a[2], a[3]), w2 = TreeS(a[4], a[5]);  // halves 4i .. 4i + 3
+  const __m512 z0 = TreeT(w0, w1), z1 = TreeT(w2, w2);  // block i: halves i, 4 + i; 8 + i twice
+  // Block i: the sums of halves i, 4 + i, 8 + i (and 8 + i again); then into order.
+  const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(z0, z1, 0x88), _mm512_shuffle_ps(z0, z1, 0xDD));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << count) - 1), _mm512_permutexvar_ps(order, f));
+}
+
 }  // namespace layerpipe::avx512_pairs
 
 #endif  // LAYERPIPE_ENGINE_CPU_AVX512_PAIRS_H_

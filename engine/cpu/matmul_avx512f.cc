@@ -22,8 +22,8 @@ namespace layerpipe::matmul_internal {
 namespace {
 
 using avx512_pairs::BroadcastHalves;
-using avx512_pairs::HalfSum;
 using avx512_pairs::LoadPair;
+using avx512_pairs::StorePairSums;
 
 // Micro-tile: kRows rows x kPairs column pairs -> 24 accumulators + 6 weight vectors + 1 x vector of
 // the 32 zmm registers; 10 loads per 24 FMAs.
@@ -96,13 +96,7 @@ LP_AVX512F inline void Accumulate(const float* x, int64_t ldx, int64_t x_q_offse
 template <int R, int P>
 LP_AVX512F inline void StoreSums(const __m512 (&acc)[R][P], float* y, int64_t ldy, int64_t cols) {
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int c = 0; c < P; ++c) {
-      y[r * ldy + 2 * c] = HalfSum(acc[r][c], 0);
-      if (2 * c + 1 < cols) y[r * ldy + 2 * c + 1] = HalfSum(acc[r][c], 1);
-    }
-  }
+  for (int r = 0; r < R; ++r) StorePairSums(acc[r], static_cast<int>(cols), y + r * ldy);
 }
 
 // One R x (2P) tile over one k block of len values: x rows from x (stride ldx), packed weights from
