@@ -135,8 +135,8 @@ void WithRows(const AttentionChunk& c, int which, int64_t koff, int64_t b, int64
     return (which == 0 ? c.cache->K<T>(pos) : c.cache->V<T>(pos)) + koff;
   };
   if constexpr (std::is_same_v<T, uint16_t>) {
-    // Keys for 512-bit registers are widened as ScoreWide packs them, so not here as well.
-    const bool packed_keys = which == 0 && s.avx512 && hd % 8 == 0;
+    // Keys that ScoreWide packs are widened there, so not here as well.
+    const bool packed_keys = which == 0 && s.avx512 && ScoreWidePacksKeys(vectors, hd);
     if (vectors > kQueries && !packed_keys) {
       s.wide.resize(static_cast<size_t>(n * hd));
       for (int64_t j = 0; j < n; ++j) {

@@ -144,8 +144,7 @@ constexpr auto kPackedScoreTiles = Table<PackedScoreTiles, kKeyPairs>(std::make_
 template <typename T>
 void Score16(const float* const* q, int queries, const T* const* k, int64_t keys, int hd, float* scores,
              int64_t ld) {
-  // Packed once when more than one tile of queries reads the keys.
-  const float* pairs = queries > kScoreQueries && hd % 8 == 0 ? PackKeyPairs(k, keys, hd) : nullptr;
+  const float* pairs = ScoreWidePacksKeys(queries, hd) ? PackKeyPairs(k, keys, hd) : nullptr;
   // Key tiles outer: a tile's rows (12 x 512 fp32 = 24 KiB at most) stay in L1 while every query passes.
   for (int64_t c = 0; c < keys; c += 2 * kKeyPairs) {
     const int kn = static_cast<int>(std::min<int64_t>(2 * kKeyPairs, keys - c));
@@ -220,6 +219,9 @@ void Weigh16(const float* const* p, int queries, const T* const* v, int64_t keys
 }
 
 }  // namespace
+
+// Packed once when more than one tile of queries reads the keys (and no scalar tail needs the rows).
+bool ScoreWidePacksKeys(int queries, int hd) { return queries > kScoreQueries && hd % 8 == 0; }
 
 void ScoreWide(const float* const* q, int queries, const float* const* k, int64_t keys, int hd, float* scores,
                int64_t ld) {

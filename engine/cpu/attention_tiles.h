@@ -104,8 +104,9 @@ inline void WeighTail(const float* const* p, int queries, const T* const* v, int
 }
 
 // scores[r * ld + c] = q[r] · k[c] for r < queries, c < keys: ScoreTile's arithmetic on 512-bit
-// registers (attention_avx512f.cc); with more than 4 queries and head dims in whole vectors the keys
-// are first packed (and bf16 ones widened) once for all of them. Only where the CPU has AVX-512F.
+// registers (attention_avx512f.cc); where ScoreWidePacksKeys, the keys are first packed (and bf16 ones
+// widened) once for all the queries. Only where the CPU has AVX-512F.
+bool ScoreWidePacksKeys(int queries, int hd);
 void ScoreWide(const float* const* q, int queries, const float* const* k, int64_t keys, int hd, float* scores,
                int64_t ld);
 void ScoreWide(const float* const* q, int queries, const uint16_t* const* k, int64_t keys, int hd, float* scores,
