@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_peaks.h"
 #include "engine/model/bf16.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/thread_pool.h"
@@ -25,21 +26,10 @@
 namespace layerpipe {
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Best-of-`reps` seconds for fn().
-template <typename Fn>
-double BestTime(int reps, Fn&& fn) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const double t0 = Now();
-    fn();
-    best = std::min(best, Now() - t0);
-  }
-  return best;
-}
+using bench::BestTime;
+using bench::MeasurePeaks;
+using bench::Now;
+using bench::Peaks;
 
 // Streaming read of a buffer much larger than the last-level cache, split over the pool's threads.
 double ReadBandwidthGBs(ThreadPool& pool, size_t bytes, int reps) {
@@ -68,73 +58,6 @@ double ReadBandwidthGBs(ThreadPool& pool, size_t bytes, int reps) {
   });
   if (sums[0] < 0) std::printf("impossible\n");  // keeps the loads observable
   return bytes / t / 1e9;
-}
-
-// Peak multiply-add rate: every thread runs 12 independent accumulator chains (enough to cover the
-// FMA latency on two pipes) of `Op` for a fixed count; flops per op given.
-template <typename Op>
-double PeakGflops(ThreadPool& pool, double flops_per_op, Op op) {
-  constexpr int64_t kIters = int64_t{1} << 24;
-  std::vector<float> sink(pool.size() * 16);
-  const double t = BestTime(3, [&] {
-    pool.ParallelFor(pool.size(), [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) sink[t * 16] += op(kIters);
-    });
-  });
-  return flops_per_op * 12 * kIters * pool.size() / t / 1e9;
-}
-
-float FmaChains(int64_t iters) {
-  __m256 a[12];
-  const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-3f);
-  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(float(i));
-  for (int64_t n = 0; n < iters; ++n) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], x, y);
-  }
-  __m256 s = a[0];
-  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, a[i]);
-  return _mm256_cvtss_f32(s);
-}
-
-__attribute__((target("avx512f"))) float Fma512Chains(int64_t iters) {
-  __m512 a[12];
-  const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
-  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(float(i));
-  for (int64_t n = 0; n < iters; ++n) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], x, y);
-  }
-  __m512 s = a[0];
-  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
-  return _mm512_reduce_add_ps(s);
-}
-
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) float DpbfChains(int64_t iters) {
-  __m512 a[12];
-  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3a83);
-  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(float(i));
-  for (int64_t n = 0; n < iters; ++n) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) a[i] = _mm512_dpbf16_ps(a[i], x, y);
-  }
-  __m512 s = a[0];
-  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
-  return _mm512_reduce_add_ps(s);
-}
-
-// The ceilings the kernels are held to: fp32 FMA (AVX2, 8 lanes x 2 flops; AVX-512F, 16 lanes x 2 flops)
-// and, where the CPU has it, vdpbf16ps (16 lanes x 2 pairs x 2 flops).
-struct Peaks {
-  double fma = 0, fma512 = 0, bf16_dot = 0;
-};
-
-Peaks MeasurePeaks(ThreadPool& pool) {
-  Peaks p;
-  p.fma = PeakGflops(pool, 16, FmaChains);
-  if (CpuSupportsAvx512F()) p.fma512 = PeakGflops(pool, 32, Fma512Chains);
-  if (CpuSupportsAvx512Bf16()) p.bf16_dot = PeakGflops(pool, 64, DpbfChains);
-  return p;
 }
 
 double PoolOverheadUs(ThreadPool& pool, int calls) {

@@ -32,6 +32,19 @@ using namespace attention_tiles;
 // Keys whose rows are handled (and, for bf16, widened) together: 64 × 512 fp32 = 128 KiB, in L2.
 constexpr int64_t kKeyBlock = 64;
 
+// Query vectors AttendHeads takes together: each block of keys is packed (and of values widened) once
+// for all of them; with the 16 heads of the global layer's one KV head in groups of 2 rows (32
+// vectors), packing and widening took a fifth of the time. Their per-segment partial results are kept
+// until the last segment, so a group is also held to the scratch's group_partials_bytes (16 MiB:
+// 128 vectors up to a context of 32 K tokens at head_dim 512, 32 at 128 K).
+constexpr int64_t kMaxGroupVectors = 128;
+
+// Floats from one widened row to the next: a head_dim of 256 or 512 floats is a multiple of 4 KiB's
+// worth of L1 sets, so the same dims of a block's rows would all fall into a few sets (more rows than
+// ways) and a tile of them would not stay in L1 while the queries pass; one more cache line a row
+// spreads them over all sets.
+constexpr int64_t WideRowStride(int hd) { return hd + 16; }
+
 // The last key query position p sees: itself, or the end of the image block it lies in.
 int64_t LastKey(const AttentionChunk& c, int64_t p) {
   for (const PositionRange& b : c.image_blocks) {
@@ -138,10 +151,11 @@ void WithRows(const AttentionChunk& c, int which, int64_t koff, int64_t b, int64
     // Keys that ScoreWide packs are widened there, so not here as well.
     const bool packed_keys = which == 0 && s.avx512 && ScoreWidePacksKeys(vectors, hd);
     if (vectors > kQueries && !packed_keys) {
-      s.wide.resize(static_cast<size_t>(n * hd));
+      const int64_t ld = WideRowStride(hd);
+      s.wide.resize(static_cast<size_t>(n * ld));
       for (int64_t j = 0; j < n; ++j) {
-        Bf16ToF32Row(row(b + j), s.wide.data() + j * hd, hd);
-        s.f32_rows[j] = s.wide.data() + j * hd;
+        Bf16ToF32Row(row(b + j), s.wide.data() + j * ld, hd);
+        s.f32_rows[j] = s.wide.data() + j * ld;
       }
       fn(s.f32_rows.data());
       return;
@@ -313,7 +327,10 @@ template <typename T>
 void AttendRows(const AttentionChunk& c, int h0, int h1, int kv_head, int hd, int64_t row_begin, int64_t row_end,
                 AttentionScratch& s) {
   const int heads = h1 - h0;
-  const int64_t rows_per_group = std::max(1, kMaxSegmentVectors / heads);
+  // As many rows a group as the budget of their partials allows (a long context has many segments).
+  const int64_t per_vector = SegmentCount(c, row_begin, row_end) * hd * int64_t{sizeof(float)};
+  const int64_t vectors = std::clamp<int64_t>(s.group_partials_bytes / per_vector, 1, kMaxGroupVectors);
+  const int64_t rows_per_group = std::max<int64_t>(1, vectors / heads);
   for (int64_t r = row_begin; r < row_end; r += rows_per_group) {
     const int64_t r_end = std::min(row_end, r + rows_per_group);
     const int64_t segments = SegmentCount(c, r, r_end);

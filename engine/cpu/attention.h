@@ -58,6 +58,9 @@ bool AttentionAvx512Default();
 // Working memory of AttendHeads, one per thread, reused from call to call (it only grows).
 struct AttentionScratch {
   bool avx512 = AttentionAvx512Default();  // tests turn it off to compare the two
+  // What AttendHeads may keep of a group's per-segment partials; it bounds the rows a group takes
+  // (tests lower it to force small groups).
+  int64_t group_partials_bytes = int64_t{16} << 20;
   SegmentPartials partials;
   std::vector<float> scores;  // [query vectors][keys]
   std::vector<float> wide;    // a block of bf16 rows widened to fp32

@@ -10,8 +10,18 @@ void AttentionRunner::Plan(absl::Span<const AttentionChunk> chunks, int heads, i
   tasks_.clear();
   splits_.clear();
   const int group = heads / kv_heads;
-  int64_t whole_tasks = 0;
-  for (const AttentionChunk& c : chunks) whole_tasks += kv_heads * ((c.n + kRowsPerTask - 1) / kRowsPerTask);
+  auto whole_tasks_of = [&](int64_t rows) {
+    int64_t tasks = 0;
+    for (const AttentionChunk& c : chunks) tasks += kv_heads * ((c.n + rows - 1) / rows);
+    return tasks;
+  };
+  // Long chunks in big row blocks (their groups share packed keys, attention.cc), halved while that
+  // leaves too few tasks to balance the threads.
+  int64_t rows_per_task = kMaxRowsPerTask;
+  while (rows_per_task > kMinRowsPerTask && whole_tasks_of(rows_per_task) < kTasksPerThread * threads) {
+    rows_per_task /= 2;
+  }
+  const int64_t whole_tasks = whole_tasks_of(rows_per_task);
   if (whole_tasks == 0) return;  // only empty chunks
   const bool idle = whole_tasks < threads;
   const int parts = static_cast<int>(std::clamp<int64_t>((threads + whole_tasks - 1) / whole_tasks, 1, group));
@@ -33,8 +43,9 @@ void AttentionRunner::Plan(absl::Span<const AttentionChunk> chunks, int heads, i
       }
       for (int part = 0; part < parts; ++part) {
         const int hb = h0 + group * part / parts, he = h0 + group * (part + 1) / parts;
-        for (int64_t rb = 0; rb < c.n; rb += kRowsPerTask) {
-          tasks_.push_back({ci, hb, he, rb, std::min(c.n, rb + kRowsPerTask), -1, 0, 0});
+        // Last rows first: in a causal chunk they see the most keys, and the short tasks then fill in.
+        for (int64_t rb = (c.n - 1) / rows_per_task * rows_per_task; rb >= 0; rb -= rows_per_task) {
+          tasks_.push_back({ci, hb, he, rb, std::min(c.n, rb + rows_per_task), -1, 0, 0});
         }
       }
     }

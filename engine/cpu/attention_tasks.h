@@ -24,8 +24,10 @@ class AttentionRunner {
   // Tasks run so far that took key segments (flash-decoding), for tests and benchmarks.
   int64_t segment_tasks_run() const { return segment_tasks_run_; }
 
-  // Query rows per task: small enough to spread a prefill chunk over the threads.
-  static constexpr int64_t kRowsPerTask = 16;
+  // Query rows per task: as many as leave kTasksPerThread tasks a thread, within these bounds.
+  static constexpr int64_t kMaxRowsPerTask = 64;
+  static constexpr int64_t kMinRowsPerTask = 16;
+  static constexpr int64_t kTasksPerThread = 4;
 
  private:
   struct Task {

@@ -1,0 +1,132 @@
+// Throughput of the CPU attention (engine/cpu/attention_tasks.h) on the Gemma 4 12B layer shapes, apart
+// from the rest of a layer: a chunk of new tokens against a cache already holding `context` positions,
+// as a long prompt's prefill steps and a decode step over a long context meet it.
+//
+// GFLOP/s counts the scores and the weighted sums of the keys each query sees (4 · head_dim flops per
+// query head and key); the % is of the machine's fp32 multiply-add peak that the tiles run on.
+//
+// Usage: bench_attention [--quick] [--precision=bf16|fp32]
+// Threads: $LAYERPIPE_THREADS (default: all hardware threads).
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_peaks.h"
+#include "engine/cpu/attention.h"
+#include "engine/cpu/attention_tasks.h"
+#include "engine/cpu/kv_cache.h"
+#include "engine/cpu/thread_pool.h"
+#include "engine/model/bf16.h"
+
+namespace layerpipe {
+namespace {
+
+struct Layer {
+  const char* name;
+  int heads, kv_heads, head_dim;
+  int64_t window;  // 0: full attention
+};
+constexpr Layer kGlobal = {"global", 16, 1, 512, 0};
+constexpr Layer kSliding = {"sliding", 16, 8, 256, 1024};
+
+struct Case {
+  Layer layer;
+  int64_t context, n;
+};
+
+std::vector<float> Random(size_t count, float stddev, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(count);
+  for (auto& e : v) e = dist(rng);
+  return v;
+}
+
+// Flops of the keys every row of the chunk sees.
+double Flops(const Case& c) {
+  double keys = 0;
+  for (int64_t i = 0; i < c.n; ++i) {
+    const int64_t p = c.context + i;
+    keys += c.layer.window > 0 ? std::min<int64_t>(p + 1, c.layer.window) : p + 1;
+  }
+  return keys * c.layer.heads * c.layer.head_dim * 4.0;
+}
+
+// Seconds of one Run over the chunk, best of `reps`.
+double Time(const Case& c, Precision precision, int reps, ThreadPool& pool, std::mt19937& rng) {
+  const Layer& l = c.layer;
+  const int64_t kw = int64_t(l.kv_heads) * l.head_dim, qw = int64_t(l.heads) * l.head_dim;
+  LayerKvCache cache(l.window > 0, l.window > 0 ? l.window : 1, kw, precision);
+  cache.Reserve(c.context + c.n);
+  const int64_t first = l.window > 0 ? std::max<int64_t>(0, c.context - l.window) : 0;
+  const std::vector<float> old = Random(static_cast<size_t>(kw * 2), 1.0f, rng);
+  for (int64_t p = first; p < c.context; ++p) {  // the same two rows everywhere: reading them is what counts
+    if (precision == Precision::kFp32) {
+      std::copy(old.begin(), old.begin() + kw, cache.K<float>(p));
+      std::copy(old.begin() + kw, old.end(), cache.V<float>(p));
+    } else {
+      F32ToBf16Row(old.data(), cache.K<uint16_t>(p), kw);
+      F32ToBf16Row(old.data() + kw, cache.V<uint16_t>(p), kw);
+    }
+  }
+  std::vector<float> q = Random(static_cast<size_t>(c.n * qw), 0.05f, rng);
+  std::vector<float> k = Random(static_cast<size_t>(c.n * kw), 1.0f, rng);
+  std::vector<float> v = Random(static_cast<size_t>(c.n * kw), 1.0f, rng);
+  if (precision == Precision::kBf16) {  // chunk rows arrive rounded to the cache's precision
+    RoundRowToBf16(k.data(), k.data(), static_cast<int64_t>(k.size()));
+    RoundRowToBf16(v.data(), v.data(), static_cast<int64_t>(v.size()));
+  }
+  std::vector<float> out(static_cast<size_t>(c.n * qw));
+  const AttentionChunk chunk{&cache, precision, c.context, c.n, l.window, q.data(), qw, k.data(), v.data(), kw,
+                             out.data(), qw};
+  AttentionRunner runner;
+  return bench::BestTime(reps, [&] { runner.Run({chunk}, l.heads, l.kv_heads, l.head_dim, pool); });
+}
+
+int Main(int argc, char** argv) {
+  bool quick = false;
+  Precision precision = Precision::kBf16;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--precision=bf16") {
+      precision = Precision::kBf16;
+    } else if (a == "--precision=fp32") {
+      precision = Precision::kFp32;
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--precision=bf16|fp32]\n", argv[0]);
+      return 2;
+    }
+  }
+  ThreadPool& pool = DefaultThreadPool();
+  const bench::Peaks peaks = bench::MeasurePeaks(pool);
+  const bool wide = AttentionAvx512Default();
+  const double peak = wide ? peaks.fma512 : peaks.fma;
+  std::printf("threads: %d   cache: %s   tiles: %s   fp32 FMA peak on them: %.1f GFLOP/s\n", pool.size(),
+              precision == Precision::kBf16 ? "bf16" : "fp32", wide ? "512-bit" : "256-bit", peak);
+  std::printf("%-8s %4s %3s %4s %7s %5s %10s %9s\n", "layer", "q", "kv", "dim", "context", "rows", "ms/call",
+              "GFLOP/s");
+  std::vector<Case> cases = {
+      {kGlobal, 0, 512},     {kGlobal, 4096, 512}, {kGlobal, 16384, 512}, {kSliding, 4096, 512},
+      {kGlobal, 32768, 1},   {kSliding, 32768, 1}, {kGlobal, 32768, 8},
+  };
+  if (quick) cases = {{kGlobal, 4096, 512}, {kSliding, 4096, 512}, {kGlobal, 32768, 1}};
+  std::mt19937 rng(1234);
+  for (const Case& c : cases) {
+    const int reps = c.n == 1 ? 20 : 3;
+    const double t = Time(c, precision, reps, pool, rng);
+    const double gflops = Flops(c) / t / 1e9;
+    std::printf("%-8s %4d %3d %4d %7lld %5lld %10.3f %9.1f (%3.0f%%)\n", c.layer.name, c.layer.heads,
+                c.layer.kv_heads, c.layer.head_dim, static_cast<long long>(c.context), static_cast<long long>(c.n),
+                t * 1e3, gflops, 100 * gflops / peak);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace layerpipe
+
+int main(int argc, char** argv) { return layerpipe::Main(argc, argv); }
