@@ -5,15 +5,18 @@
 // GFLOP/s counts the scores and the weighted sums of the keys each query sees (4 · head_dim flops per
 // query head and key); the % is of the machine's fp32 multiply-add peak that the tiles run on.
 //
-// Usage: bench_attention [--quick] [--precision=bf16|fp32]
+// Usage: bench_attention [--quick] [--precision=bf16|fp32] [--case=global|sliding,CONTEXT,ROWS]
 // Threads: $LAYERPIPE_THREADS (default: all hardware threads).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "bench/bench_peaks.h"
 #include "engine/cpu/attention.h"
 #include "engine/cpu/attention_tasks.h"
@@ -42,6 +45,24 @@ std::vector<float> Random(size_t count, float stddev, std::mt19937& rng) {
   std::vector<float> v(count);
   for (auto& e : v) e = dist(rng);
   return v;
+}
+
+// "global,32768,1": a layer, the context before the chunk and the chunk's rows.
+bool ParseCase(const std::string& text, std::optional<Case>* out) {
+  const std::vector<std::string> parts = absl::StrSplit(text, ',');
+  int64_t context = 0, rows = 0;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &context) || !absl::SimpleAtoi(parts[2], &rows) ||
+      context < 0 || rows < 1) {
+    return false;
+  }
+  if (parts[0] == "global") {
+    *out = Case{kGlobal, context, rows};
+  } else if (parts[0] == "sliding") {
+    *out = Case{kSliding, context, rows};
+  } else {
+    return false;
+  }
+  return true;
 }
 
 // Flops of the keys every row of the chunk sees.
@@ -88,6 +109,7 @@ double Time(const Case& c, Precision precision, int reps, ThreadPool& pool, std:
 int Main(int argc, char** argv) {
   bool quick = false;
   Precision precision = Precision::kBf16;
+  std::optional<Case> only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
@@ -96,8 +118,14 @@ int Main(int argc, char** argv) {
       precision = Precision::kBf16;
     } else if (a == "--precision=fp32") {
       precision = Precision::kFp32;
+    } else if (a.rfind("--case=", 0) == 0) {
+      if (!ParseCase(a.substr(7), &only)) {
+        std::fprintf(stderr, "--case wants global|sliding,CONTEXT,ROWS (ROWS >= 1), not %s\n", a.c_str() + 7);
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--precision=bf16|fp32]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--precision=bf16|fp32] [--case=global|sliding,CONTEXT,ROWS]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -114,6 +142,7 @@ int Main(int argc, char** argv) {
       {kGlobal, 32768, 1},   {kSliding, 32768, 1}, {kGlobal, 32768, 8},
   };
   if (quick) cases = {{kGlobal, 4096, 512}, {kSliding, 4096, 512}, {kGlobal, 32768, 1}};
+  if (only) cases = {*only};
   std::mt19937 rng(1234);
   for (const Case& c : cases) {
     const int reps = c.n == 1 ? 20 : 3;

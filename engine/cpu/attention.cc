@@ -34,9 +34,7 @@ constexpr int64_t kKeyBlock = 64;
 
 // Query vectors AttendHeads takes together: each block of keys is packed (and of values widened) once
 // for all of them; with the 16 heads of the global layer's one KV head in groups of 2 rows (32
-// vectors), packing and widening took a fifth of the time. Their per-segment partial results are kept
-// until the last segment, so a group is also held to the scratch's group_partials_bytes (16 MiB:
-// 128 vectors up to a context of 32 K tokens at head_dim 512, 32 at 128 K).
+// vectors), packing and widening took a fifth of the time.
 constexpr int64_t kMaxGroupVectors = 128;
 
 // Floats from one widened row to the next: a head_dim of 256 or 512 floats is a multiple of 4 KiB's
@@ -269,7 +267,7 @@ void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd
       const int64_t p = c.pos0 + row_begin + v / heads;
       const int64_t lo = std::max(a, FirstKey(c, p)), hi = std::min(e - 1, LastKey(c, p));
       float* row = scores + v * g.ld;
-      const int64_t at = v * part.segments + seg;
+      const int64_t at = v * part.segments + (seg - part.first);
       if (lo > hi) {  // the vector sees no key here: zero weights, and the combination skips it
         std::fill(row, row + (e - a), 0.0f);
         part.max[at] = -INFINITY;
@@ -288,34 +286,35 @@ void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd
   }
 }
 
-// One vector's output from its segments, in segment order: scaled by exp(m_s - M) to the common
-// maximum M (exactly 1 for the segment that holds it), summed, then normalized.
-void CombineVector(const SegmentPartials& part, int64_t v, float* out) {
+// Folds a segment's partial (at `at` in part) into one vector's running result: `out` holds
+// Σ exp(s - max)·v and *sum Σ exp(s - max) over the segments folded so far (max -inf: none yet); both
+// sides are rescaled to the larger maximum (exactly 1 for the side that holds it). Every path folds a
+// vector's segments in segment order through here, so its bits do not depend on how they were split.
+void Fold(const SegmentPartials& part, int64_t at, float* out, float* max, double* sum) {
   const int hd = part.head_dim;
-  const float* m = part.max.data() + v * part.segments;
-  float top = -INFINITY;
-  for (int64_t seg = 0; seg < part.segments; ++seg) top = std::max(top, m[seg]);
-  double sum = 0;
-  bool first = true;
-  for (int64_t seg = 0; seg < part.segments; ++seg) {
-    if (m[seg] == -INFINITY) continue;
-    const float scale = m[seg] == top ? 1.0f : VectorExp(m[seg] - top);
-    const float* o = part.out.data() + (v * part.segments + seg) * hd;
-    const __m256 sv = _mm256_set1_ps(scale);
-    int d = 0;
-    if (first) {
-      for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(sv, _mm256_loadu_ps(o + d)));
-      for (; d < hd; ++d) out[d] = scale * o[d];
-      sum = double{scale} * part.sum[v * part.segments + seg];
-      first = false;
-    } else {
-      for (; d + 8 <= hd; d += 8) {
-        _mm256_storeu_ps(out + d, _mm256_fmadd_ps(sv, _mm256_loadu_ps(o + d), _mm256_loadu_ps(out + d)));
-      }
-      for (; d < hd; ++d) out[d] = std::fma(scale, o[d], out[d]);
-      sum += double{scale} * part.sum[v * part.segments + seg];
-    }
+  const float m = part.max[at];
+  if (m == -INFINITY) return;  // the vector sees no key in this segment
+  const float* o = part.out.data() + at * hd;
+  if (*max == -INFINITY) {
+    std::memcpy(out, o, sizeof(float) * hd);
+    *max = m;
+    *sum = part.sum[at];
+    return;
   }
+  const float top = std::max(*max, m);
+  const float keep = *max == top ? 1.0f : VectorExp(*max - top);
+  const float scale = m == top ? 1.0f : VectorExp(m - top);
+  const __m256 kv = _mm256_set1_ps(keep), sv = _mm256_set1_ps(scale);
+  int d = 0;
+  for (; d + 8 <= hd; d += 8) {
+    _mm256_storeu_ps(out + d, _mm256_fmadd_ps(sv, _mm256_loadu_ps(o + d), _mm256_mul_ps(kv, _mm256_loadu_ps(out + d))));
+  }
+  for (; d < hd; ++d) out[d] = std::fma(scale, o[d], keep * out[d]);
+  *sum = double{keep} * *sum + double{scale} * part.sum[at];
+  *max = top;
+}
+
+void Normalize(float* out, double sum, int hd) {
   const float inv = static_cast<float>(1.0 / sum);
   const __m256 iv = _mm256_set1_ps(inv);
   int d = 0;
@@ -323,20 +322,32 @@ void CombineVector(const SegmentPartials& part, int64_t v, float* out) {
   for (; d < hd; ++d) out[d] *= inv;
 }
 
+// Where vector v (row-major over rows from row_begin and heads from h0) writes its result.
+float* OutputOf(const AttentionChunk& c, int h0, int heads, int hd, int64_t row_begin, int64_t v) {
+  return c.out + (row_begin + v / heads) * c.out_stride + (h0 + v % heads) * hd;
+}
+
+// Groups of up to kMaxGroupVectors vectors, one segment at a time, each folded into the outputs as
+// soon as it is done: what a group keeps does not grow with the context.
 template <typename T>
 void AttendRows(const AttentionChunk& c, int h0, int h1, int kv_head, int hd, int64_t row_begin, int64_t row_end,
                 AttentionScratch& s) {
   const int heads = h1 - h0;
-  // As many rows a group as the budget of their partials allows (a long context has many segments).
-  const int64_t per_vector = SegmentCount(c, row_begin, row_end) * hd * int64_t{sizeof(float)};
-  const int64_t vectors = std::clamp<int64_t>(s.group_partials_bytes / per_vector, 1, kMaxGroupVectors);
-  const int64_t rows_per_group = std::max<int64_t>(1, vectors / heads);
+  const int64_t rows_per_group = std::max<int64_t>(1, kMaxGroupVectors / heads);
   for (int64_t r = row_begin; r < row_end; r += rows_per_group) {
     const int64_t r_end = std::min(row_end, r + rows_per_group);
-    const int64_t segments = SegmentCount(c, r, r_end);
-    s.partials.Resize((r_end - r) * heads, segments, hd);
-    AttendGroup<T>(c, h0, heads, kv_head, hd, r, r_end, 0, segments, s.partials, s);
-    CombineSegments(c, h0, h1, hd, r, r_end, s.partials);
+    const int64_t vectors = (r_end - r) * heads;
+    s.partials.Resize(vectors, 1, hd);
+    s.running_max.assign(static_cast<size_t>(vectors), -INFINITY);
+    s.running_sum.assign(static_cast<size_t>(vectors), 0.0);
+    for (int64_t seg = 0, segments = SegmentCount(c, r, r_end); seg < segments; ++seg) {
+      s.partials.first = seg;
+      AttendGroup<T>(c, h0, heads, kv_head, hd, r, r_end, seg, seg + 1, s.partials, s);
+      for (int64_t v = 0; v < vectors; ++v) {
+        Fold(s.partials, v, OutputOf(c, h0, heads, hd, r, v), &s.running_max[v], &s.running_sum[v]);
+      }
+    }
+    for (int64_t v = 0; v < vectors; ++v) Normalize(OutputOf(c, h0, heads, hd, r, v), s.running_sum[v], hd);
   }
 }
 
@@ -345,6 +356,7 @@ void AttendRows(const AttentionChunk& c, int h0, int h1, int kv_head, int hd, in
 void SegmentPartials::Resize(int64_t vector_count, int64_t segment_count, int dim) {
   vectors = vector_count;
   segments = segment_count;
+  first = 0;
   head_dim = dim;
   out.resize(static_cast<size_t>(vectors * segments * dim));
   max.resize(static_cast<size_t>(vectors * segments));
@@ -382,8 +394,11 @@ void CombineSegments(const AttentionChunk& c, int head_begin, int head_end, int 
                      int64_t row_end, const SegmentPartials& partials) {
   const int heads = head_end - head_begin;
   for (int64_t v = 0; v < (row_end - row_begin) * heads; ++v) {
-    float* out = c.out + (row_begin + v / heads) * c.out_stride + (head_begin + v % heads) * head_dim;
-    CombineVector(partials, v, out);
+    float* out = OutputOf(c, head_begin, heads, head_dim, row_begin, v);
+    float max = -INFINITY;
+    double sum = 0;
+    for (int64_t seg = 0; seg < partials.segments; ++seg) Fold(partials, v * partials.segments + seg, out, &max, &sum);
+    Normalize(out, sum, head_dim);
   }
 }
 

@@ -44,6 +44,7 @@ constexpr int64_t kKeySegment = 512;
 // (-inf: the vector sees no key there) and Σ exp(s - m). Vectors are (row, head) in row-major order.
 struct SegmentPartials {
   int64_t vectors = 0, segments = 0;
+  int64_t first = 0;  // the index (among the SegmentCount ones) of the first segment held
   int head_dim = 0;
   std::vector<float> out;   // [vector][segment][head_dim]
   std::vector<float> max;   // [vector][segment]
@@ -58,10 +59,9 @@ bool AttentionAvx512Default();
 // Working memory of AttendHeads, one per thread, reused from call to call (it only grows).
 struct AttentionScratch {
   bool avx512 = AttentionAvx512Default();  // tests turn it off to compare the two
-  // What AttendHeads may keep of a group's per-segment partials; it bounds the rows a group takes
-  // (tests lower it to force small groups).
-  int64_t group_partials_bytes = int64_t{16} << 20;
   SegmentPartials partials;
+  std::vector<float> running_max;   // per query vector of a group, over the segments folded so far
+  std::vector<double> running_sum;
   std::vector<float> scores;  // [query vectors][keys]
   std::vector<float> wide;    // a block of bf16 rows widened to fp32
   std::vector<float> inv_sum;

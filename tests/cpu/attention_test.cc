@@ -55,7 +55,6 @@ struct Split {
   int64_t rows_per_call;
   int64_t segments_per_call = 0;  // 0: AttendHeads
   bool avx512 = true;             // false: 256-bit registers even where the CPU has AVX-512F
-  int64_t partials_bytes = 0;     // > 0: AttendHeads' budget for a group's partials (smaller groups)
 };
 
 void AttendBySegments(const AttentionChunk& c, int h0, int h1, int kv_head, int hd, int64_t r0, int64_t r1,
@@ -77,7 +76,6 @@ std::vector<float> RunSequence(const Shape& s, Precision precision, const Inputs
   std::vector<float> out(s.tokens * qw, NAN);
   AttentionScratch scratch;
   scratch.avx512 = split.avx512 && AttentionAvx512Default();
-  if (split.partials_bytes > 0) scratch.group_partials_bytes = split.partials_bytes;
   const int group = s.heads / s.kv_heads;
   int64_t pos0 = 0;
   for (int64_t n : chunks) {
@@ -192,9 +190,6 @@ TEST(AttentionTest, BitIdenticalWhateverTheChunkingRowsHeadsAndPath) {
           {{s.tokens}, {group, 5}},
           {{s.tokens}, {group, s.tokens, 0, /*avx512=*/false}},  // 256-bit registers where 512 would run
           {{s.tokens}, {1, 1, 0, /*avx512=*/false}},             // the same, bf16 rows read in place
-          // A long context's groups: as few rows as the partials' budget leaves room for.
-          {{s.tokens}, {group, s.tokens, 0, true, /*partials_bytes=*/1}},
-          {{s.tokens}, {group, s.tokens, 0, true, /*partials_bytes=*/3 * 4 * s.hd * 2 * (group + 1)}},
       };
       if (s.images.empty()) {
         variants.push_back({Chunks(s.tokens, {1}), {group, 1}});  // decode: one token at a time
