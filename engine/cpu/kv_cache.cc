@@ -41,7 +41,7 @@ LayerKvCache LayerKvCache::Frozen(int64_t length) const {
 
 uint8_t* LayerKvCache::Row(int64_t pos, int which) {
   const kv::Slot s = kv::SlotOf(pos, ring_, window_);
-  return blocks_[s.block].get() + static_cast<size_t>(kv::RowOffset(s.slot, which, width_)) * elem_;
+  return blocks_[s.block].get() + static_cast<size_t>(kv::RowOffset(s.slot, which, width_, ring_, window_)) * elem_;
 }
 
 size_t LayerKvCache::bytes() const {

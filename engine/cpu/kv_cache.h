@@ -46,7 +46,7 @@ class LayerKvCache {
   int64_t window_;
   int64_t width_;
   size_t elem_;
-  // Ring: one block of [window][2][width]; paged: pages of [kv::kPageTokens][2][width]. Shared: a
+  // Ring: one block of [2][window][width]; paged: pages of [2][kv::kPageTokens][width]. Shared: a
   // snapshot and the sequences started from it hold the same whole pages.
   std::vector<std::shared_ptr<uint8_t[]>> blocks_;
 };

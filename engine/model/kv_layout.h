@@ -1,7 +1,10 @@
 // The one KV layout (MODEL.md §2, "What this means for the KV cache"), shared by the CPU cache, the
 // CUDA cache and its kernels, the worker's byte counts and the coordinator's admission: a sliding layer
 // keeps a ring of `window` rows (older positions are never read again), a full layer pages of
-// kPageTokens rows that grow with the context; every row holds K then V, [kv_heads · head_dim] each.
+// kPageTokens rows that grow with the context; a block holds all its K rows, then all its V rows,
+// [kv_heads · head_dim] each: reading one kind of row walks memory in order, which the hardware
+// prefetchers follow (with K and V rows side by side, a pass read every other KiB: the CPU attention
+// of a decode step over a 32 K context took 7-15 % longer).
 // Host and device code both include this header, so it uses nothing a kernel cannot.
 #ifndef LAYERPIPE_ENGINE_MODEL_KV_LAYOUT_H_
 #define LAYERPIPE_ENGINE_MODEL_KV_LAYOUT_H_
@@ -39,10 +42,12 @@ LP_HOST_DEVICE inline int64_t BlocksAt(bool ring, int64_t length) {
   return ring ? 1 : (length + kPageTokens - 1) / kPageTokens;
 }
 
-// Element offset of K (which = 0) or V (which = 1) of `slot` inside a block of [rows][2][width].
-LP_HOST_DEVICE inline int64_t RowOffset(int64_t slot, int which, int64_t width) { return (slot * 2 + which) * width; }
+// Element offset of K (which = 0) or V (which = 1) of `slot` inside a block of [K, V][rows][width].
+LP_HOST_DEVICE inline int64_t RowOffset(int64_t slot, int which, int64_t width, bool ring, int64_t window) {
+  return (which * BlockRows(ring, window) + slot) * width;
+}
 
-// Bytes of one block: [rows][K, V][width] elements.
+// Bytes of one block: [K, V][rows][width] elements.
 LP_HOST_DEVICE inline int64_t BlockBytes(bool ring, int64_t window, int64_t width, int64_t elem_bytes) {
   return BlockRows(ring, window) * 2 * width * elem_bytes;
 }
