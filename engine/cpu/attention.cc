@@ -151,9 +151,15 @@ void WithRows(const AttentionChunk& c, int which, int64_t koff, int64_t b, int64
     if (vectors > kQueries && !packed_keys) {
       const int64_t ld = WideRowStride(hd);
       s.wide.resize(static_cast<size_t>(n * ld));
+      s.bf16_rows.resize(static_cast<size_t>(n));
       for (int64_t j = 0; j < n; ++j) {
-        Bf16ToF32Row(row(b + j), s.wide.data() + j * ld, hd);
+        s.bf16_rows[j] = row(b + j);
         s.f32_rows[j] = s.wide.data() + j * ld;
+      }
+      if (s.avx512) {
+        WidenWide(s.bf16_rows.data(), n, hd, s.wide.data(), ld);
+      } else {
+        for (int64_t j = 0; j < n; ++j) Bf16ToF32Row(s.bf16_rows[j], s.wide.data() + j * ld, hd);
       }
       fn(s.f32_rows.data());
       return;

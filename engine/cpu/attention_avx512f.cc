@@ -16,6 +16,7 @@
 #include "engine/cpu/attention_tiles.h"
 #include "engine/cpu/avx512_pairs.h"
 #include "engine/cpu/thread_scratch.h"
+#include "engine/model/bf16.h"
 
 namespace layerpipe::attention_tiles {
 namespace {
@@ -231,6 +232,14 @@ void ScoreWide(const float* const* q, int queries, const float* const* k, int64_
 void ScoreWide(const float* const* q, int queries, const uint16_t* const* k, int64_t keys, int hd, float* scores,
                int64_t ld) {
   Score16(q, queries, k, keys, hd, scores, ld);
+}
+
+LP_AVX512F void WidenWide(const uint16_t* const* rows, int64_t n, int hd, float* out, int64_t ld) {
+  for (int64_t j = 0; j < n; ++j) {
+    int d = 0;
+    for (; d + 16 <= hd; d += 16) _mm512_storeu_ps(out + j * ld + d, Load16(rows[j] + d));
+    Bf16ToF32Row(rows[j] + d, out + j * ld + d, hd - d);
+  }
 }
 
 void WeighWide(const float* const* p, int queries, const float* const* v, int64_t keys, int dims,

@@ -119,6 +119,10 @@ void WeighWide(const float* const* p, int queries, const float* const* v, int64_
 void WeighWide(const float* const* p, int queries, const uint16_t* const* v, int64_t keys, int dims,
                float* const* out);
 
+// out[j * ld + d] = rows[j][d] widened to fp32 for j < n, d < hd: 16 values a step on 512-bit
+// registers (attention_avx512f.cc), the exact conversion. Only where the CPU has AVX-512F.
+void WidenWide(const uint16_t* const* rows, int64_t n, int hd, float* out, int64_t ld);
+
 }  // namespace layerpipe::attention_tiles
 
 #endif  // LAYERPIPE_ENGINE_CPU_ATTENTION_TILES_H_
