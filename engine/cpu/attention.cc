@@ -29,7 +29,8 @@ namespace {
 
 using namespace attention_tiles;
 
-// Keys whose rows are handled (and, for bf16, widened) together: 64 × 512 fp32 = 128 KiB, in L2.
+// Keys whose rows are handled (and, for bf16, widened) together: 64 × 512 fp32 = 128 KiB, in L2
+// (blocks of 16, 32 and 128 keys measured 3-15 % slower, prefill and decode).
 constexpr int64_t kKeyBlock = 64;
 
 // Query vectors AttendHeads takes together: each block of keys is packed (and of values widened) once
