@@ -19,6 +19,7 @@
 
 #include "engine/cpu/attention_tiles.h"
 #include "engine/cpu/matmul.h"
+#include "engine/cpu/thread_scratch.h"
 #include "engine/model/bf16.h"
 
 // glibc's libmvec: expf on 8 lanes (AVX2), each lane computed alone, within 3 ulp of exp.
@@ -43,6 +44,9 @@ constexpr int64_t kMaxGroupVectors = 128;
 // ways) and a tile of them would not stay in L1 while the queries pass; one more cache line a row
 // spreads them over all sets.
 constexpr int64_t WideRowStride(int hd) { return hd + 16; }
+// Widened rows live in 64-byte aligned thread scratch, so the tiles' 64-byte loads of them never
+// straddle two cache lines.
+enum class AttentionScratchSlot { kWideRows };
 
 // The last key query position p sees: itself, or the end of the image block it lies in.
 int64_t LastKey(const AttentionChunk& c, int64_t p) {
@@ -151,16 +155,16 @@ void WithRows(const AttentionChunk& c, int which, int64_t koff, int64_t b, int64
     const bool packed_keys = which == 0 && s.avx512 && ScoreWidePacksKeys(vectors, hd);
     if (vectors > kQueries && !packed_keys) {
       const int64_t ld = WideRowStride(hd);
-      s.wide.resize(static_cast<size_t>(n * ld));
+      float* wide = ThreadScratch<float, AttentionScratchSlot::kWideRows>(static_cast<size_t>(n * ld));
       s.bf16_rows.resize(static_cast<size_t>(n));
       for (int64_t j = 0; j < n; ++j) {
         s.bf16_rows[j] = row(b + j);
-        s.f32_rows[j] = s.wide.data() + j * ld;
+        s.f32_rows[j] = wide + j * ld;
       }
       if (s.avx512) {
-        WidenWide(s.bf16_rows.data(), n, hd, s.wide.data(), ld);
+        WidenWide(s.bf16_rows.data(), n, hd, wide, ld);
       } else {
-        for (int64_t j = 0; j < n; ++j) Bf16ToF32Row(s.bf16_rows[j], s.wide.data() + j * ld, hd);
+        for (int64_t j = 0; j < n; ++j) Bf16ToF32Row(s.bf16_rows[j], wide + j * ld, hd);
       }
       fn(s.f32_rows.data());
       return;
