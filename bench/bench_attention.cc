@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_peaks.h"
+#include "engine/cpu/aligned_vector.h"
 #include "engine/cpu/attention.h"
 #include "engine/cpu/attention_tasks.h"
 #include "engine/cpu/kv_cache.h"
@@ -40,9 +41,9 @@ struct Case {
   int64_t context, n;
 };
 
-std::vector<float> Random(size_t count, float stddev, std::mt19937& rng) {
+AlignedVector<float> Random(size_t count, float stddev, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, stddev);
-  std::vector<float> v(count);
+  AlignedVector<float> v(count);
   for (auto& e : v) e = dist(rng);
   return v;
 }
@@ -82,7 +83,7 @@ double Time(const Case& c, Precision precision, int reps, ThreadPool& pool, std:
   LayerKvCache cache(l.window > 0, l.window > 0 ? l.window : 1, kw, precision);
   cache.Reserve(c.context + c.n);
   const int64_t first = l.window > 0 ? std::max<int64_t>(0, c.context - l.window) : 0;
-  const std::vector<float> old = Random(static_cast<size_t>(kw * 2), 1.0f, rng);
+  const AlignedVector<float> old = Random(static_cast<size_t>(kw * 2), 1.0f, rng);
   for (int64_t p = first; p < c.context; ++p) {  // the same two rows everywhere: reading them is what counts
     if (precision == Precision::kFp32) {
       std::copy(old.begin(), old.begin() + kw, cache.K<float>(p));
@@ -92,14 +93,14 @@ double Time(const Case& c, Precision precision, int reps, ThreadPool& pool, std:
       F32ToBf16Row(old.data() + kw, cache.V<uint16_t>(p), kw);
     }
   }
-  std::vector<float> q = Random(static_cast<size_t>(c.n * qw), 0.05f, rng);
-  std::vector<float> k = Random(static_cast<size_t>(c.n * kw), 1.0f, rng);
-  std::vector<float> v = Random(static_cast<size_t>(c.n * kw), 1.0f, rng);
+  AlignedVector<float> q = Random(static_cast<size_t>(c.n * qw), 0.05f, rng);
+  AlignedVector<float> k = Random(static_cast<size_t>(c.n * kw), 1.0f, rng);
+  AlignedVector<float> v = Random(static_cast<size_t>(c.n * kw), 1.0f, rng);
   if (precision == Precision::kBf16) {  // chunk rows arrive rounded to the cache's precision
     RoundRowToBf16(k.data(), k.data(), static_cast<int64_t>(k.size()));
     RoundRowToBf16(v.data(), v.data(), static_cast<int64_t>(v.size()));
   }
-  std::vector<float> out(static_cast<size_t>(c.n * qw));
+  AlignedVector<float> out(static_cast<size_t>(c.n * qw));  // as the engine's step buffers
   const AttentionChunk chunk{&cache, precision, c.context, c.n, l.window, q.data(), qw, k.data(), v.data(), kw,
                              out.data(), qw};
   AttentionRunner runner;

@@ -8,6 +8,7 @@
 
 #include "absl/types/span.h"
 #include "engine/model/soft_tokens.h"
+#include "engine/cpu/aligned_vector.h"
 #include "engine/cpu/kv_cache.h"
 #include "engine/model/precision.h"
 
@@ -46,7 +47,7 @@ struct SegmentPartials {
   int64_t vectors = 0, segments = 0;
   int64_t first = 0;  // the index (among the SegmentCount ones) of the first segment held
   int head_dim = 0;
-  std::vector<float> out;   // [vector][segment][head_dim]
+  AlignedVector<float> out;  // [vector][segment][head_dim]
   std::vector<float> max;   // [vector][segment]
   std::vector<double> sum;  // [vector][segment]
   void Resize(int64_t vector_count, int64_t segment_count, int dim);

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "engine/cpu/aligned_vector.h"
 #include "engine/cpu/attention_tasks.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cpu/kv_cache.h"
@@ -52,7 +53,9 @@ class CpuBackend final : public LayerBackend {
   ThreadPool& pool_;
   std::vector<double> inv_freq_sliding_, inv_freq_full_;
   // Scratch reused across steps (a stage runs one step at a time).
-  std::vector<float> a_, q_, k_, v_, attn_, o_, g_, u_, cs_sliding_, cs_full_, normed_;
+  // Rows the kernels read and write whole vectors of start on cache lines.
+  AlignedVector<float> a_, q_, k_, v_, attn_, o_, g_, u_;
+  std::vector<float> cs_sliding_, cs_full_, normed_;
   AttentionRunner attention_;
 };
 
