@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/cpu/aligned_vector.h"
 #include "engine/model/kv_bytes.h"
 #include "engine/model/kv_layout.h"
 
@@ -15,10 +16,17 @@ size_t LayerKvCache::block_bytes() const {
   return static_cast<size_t>(kv::BlockBytes(ring_, window_, width_, static_cast<int64_t>(elem_)));
 }
 
+// A block on a cache line: rows are whole 64-byte vectors, which attention then reads in place (fp32)
+// or widens (bf16) without loads that straddle two lines.
+std::shared_ptr<uint8_t[]> LayerKvCache::NewBlock() const {
+  CacheLineAllocator<uint8_t> allocator;
+  const size_t bytes = block_bytes();
+  return std::shared_ptr<uint8_t[]>(allocator.allocate(bytes),
+                                    [allocator, bytes](uint8_t* p) mutable { allocator.deallocate(p, bytes); });
+}
+
 void LayerKvCache::Reserve(int64_t end) {
-  while (static_cast<int64_t>(blocks_.size()) < kv::BlocksAt(ring_, end)) {
-    blocks_.emplace_back(new uint8_t[block_bytes()]);
-  }
+  while (static_cast<int64_t>(blocks_.size()) < kv::BlocksAt(ring_, end)) blocks_.push_back(NewBlock());
 }
 
 LayerKvCache LayerKvCache::Frozen(int64_t length) const {
@@ -31,7 +39,7 @@ LayerKvCache LayerKvCache::Frozen(int64_t length) const {
     if (b < whole) {
       out.blocks_.push_back(blocks_[b]);
     } else {
-      std::shared_ptr<uint8_t[]> copy(new uint8_t[block_bytes()]);
+      std::shared_ptr<uint8_t[]> copy = NewBlock();
       std::memcpy(copy.get(), blocks_[b].get(), block_bytes());
       out.blocks_.push_back(std::move(copy));
     }

@@ -41,6 +41,7 @@ class LayerKvCache {
  private:
   uint8_t* Row(int64_t pos, int which);
   size_t block_bytes() const;
+  std::shared_ptr<uint8_t[]> NewBlock() const;
 
   bool ring_;
   int64_t window_;
