@@ -64,7 +64,6 @@ struct AttentionScratch {
   std::vector<float> running_max;   // per query vector of a group, over the segments folded so far
   std::vector<double> running_sum;
   std::vector<float> scores;  // [query vectors][keys]
-  std::vector<float> inv_sum;
   std::vector<const float*> f32_rows;
   std::vector<const uint16_t*> bf16_rows;
   std::vector<const float*> q;
