@@ -16,6 +16,7 @@
 
 #include "engine/cpu/avx512_pairs.h"
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/cpu/matmul_prefetch.h"
 #include "engine/model/bf16.h"
 
 namespace layerpipe::matmul_internal {
@@ -185,6 +186,37 @@ constexpr std::array<std::array<StreamFn, kStreamPairs>, kStreamRows> StreamTabl
 constexpr auto kTiles = TileTable(std::make_integer_sequence<int, kRows>());
 constexpr auto kStreamTiles = StreamTable(std::make_integer_sequence<int, kStreamRows>());
 
+// PackColumns' layout with a stride of kCols, written a pair of columns (one 64-byte line) at a time in
+// the order the tiles read it; the scattered 32-byte stores of the generic packer cost several times more.
+template <typename T>
+LP_AVX512F void PackPairsOf(const Avx2Problem& p, int64_t j, int64_t cols, int64_t q0, int64_t len, float* out) {
+  const T* w = static_cast<const T*>(p.w);
+  const T* lo[kPairs];
+  const T* hi[kPairs];
+  __mmask16 keep[kPairs];
+  for (int c = 0; c < kPairs; ++c) {
+    lo[c] = w + (j + std::min<int64_t>(2 * c, cols - 1)) * p.k;
+    hi[c] = 2 * c + 1 < cols ? lo[c] + p.k : lo[c];
+    keep[c] = 2 * c >= cols ? 0 : 2 * c + 1 < cols ? 0xFFFF : 0x00FF;
+  }
+  for (int64_t q = q0; q < q0 + len; q += kAvx2KStep, out += kCols * kAvx2KStep) {
+#pragma GCC unroll 8
+    for (int c = 0; c < kPairs; ++c) {
+      _mm512_store_ps(out + c * 2 * kAvx2KStep, _mm512_maskz_mov_ps(keep[c], LoadPair(lo[c] + q, hi[c] + q)));
+    }
+  }
+}
+
+void PackPairs(const Avx2Problem& p, int64_t j, int64_t cols, int64_t q0, int64_t len, float* out) {
+  if (q0 + len > p.k / kAvx2KStep * kAvx2KStep) {  // ragged end of k: the generic packer's zero padding
+    PackColumns(p, j, cols, kCols, q0, len, out);
+  } else if (p.w_is_bf16) {
+    PackPairsOf<uint16_t>(p, j, cols, q0, len, out);
+  } else {
+    PackPairsOf<float>(p, j, cols, q0, len, out);
+  }
+}
+
 void BlockedRows(const Avx2Problem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
   const int64_t kp = RoundUp(p.k, kAvx2KStep);
   float* packed = ThreadScratch<float, Slot::kPackedWeights>(kBlockCols * std::min(kBlockK, kp));
@@ -196,11 +228,14 @@ void BlockedRows(const Avx2Problem& p, int64_t i_begin, int64_t i_end, int64_t j
       const int64_t len = std::min(kBlockK, kp - q0);
       const bool first = q0 == 0, last = q0 + len >= kp;
       // The tile of columns [t, t + kCols) is packed at packed + t * len.
-      for (int64_t t = 0; t < nc; t += kCols) PackColumns(p, jc + t, std::min<int64_t>(kCols, nc - t), kCols, q0, len, packed + t * len);
+      for (int64_t t = 0; t < nc; t += kCols) PackPairs(p, jc + t, std::min<int64_t>(kCols, nc - t), q0, len, packed + t * len);
+      const int64_t tile_calls = (nc + kCols - 1) / kCols * ((i_end - i_begin + kRows - 1) / kRows);
+      NextBlockPrefetch prefetch(p, jc, j_end, kBlockCols, q0, kBlockK, tile_calls);
       for (int64_t t = 0; t < nc; t += kCols) {
         const int64_t cols = std::min<int64_t>(kCols, nc - t);
         for (int64_t i = i_begin; i < i_end; i += kRows) {
           const int64_t rows = std::min<int64_t>(kRows, i_end - i);
+          prefetch.Step();
           kTiles[rows - 1][(cols + 1) / 2 - 1](p.x + i * p.ldx + q0, p.ldx, packed + t * len, len,
                                                 park ? park + ((i - i_begin) * kBlockCols + t) * kAvx2KStep : nullptr,
                                                 kBlockCols, first, last, p.y + i * p.n + jc + t, p.n, cols);
