@@ -4,7 +4,8 @@
 // overhead, GB/s of weight bytes for decode shapes (m = 1..8, memory-bound) and GFLOP/s for prefill
 // shapes (m = 64..512, compute-bound), in both precision modes.
 //
-// Usage: bench_matmul [--quick] [--isa=avx2|avx512f|avx512bf16] [--decode-only] [--prefill-only]
+// Usage: bench_matmul [--quick] [--isa=avx2|avx512f|avx512bf16] [--decode-only] [--prefill-only] [--small-pages]
+// Weights and the bandwidth probe's buffer are in huge pages, as the engine loads weights, unless --small-pages.
 // Threads: $LAYERPIPE_THREADS (default: all hardware threads).
 #include <immintrin.h>
 
@@ -14,12 +15,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench/bench_peaks.h"
 #include "engine/model/bf16.h"
+#include "engine/model/huge_pages.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/thread_pool.h"
 
@@ -31,10 +34,29 @@ using bench::MeasurePeaks;
 using bench::Now;
 using bench::Peaks;
 
+// Memory where the engine keeps its weights: in huge pages (HugePageBuffer, as the CPU stage copies its
+// weights at load), or in ordinary heap pages with --small-pages (the engine's --huge_pages=false).
+template <typename T>
+class PagedArray {
+ public:
+  PagedArray(size_t count, bool huge_pages) {
+    if (huge_pages) {
+      absl::StatusOr<std::unique_ptr<HugePageBuffer>> buffer = HugePageBuffer::Allocate(count * sizeof(T));
+      if (buffer.ok()) huge_ = *std::move(buffer);
+    }
+    if (huge_ == nullptr) heap_.resize(count);
+  }
+  T* data() { return huge_ ? reinterpret_cast<T*>(huge_->data()) : heap_.data(); }
+
+ private:
+  std::unique_ptr<HugePageBuffer> huge_;
+  std::vector<T> heap_;
+};
+
 // Streaming read of a buffer much larger than the last-level cache, split over the pool's threads.
-double ReadBandwidthGBs(ThreadPool& pool, size_t bytes, int reps) {
+double ReadBandwidthGBs(ThreadPool& pool, size_t bytes, int reps, bool huge_pages) {
   const size_t floats = bytes / sizeof(float);
-  std::vector<float> buf(floats);
+  PagedArray<float> buf(floats, huge_pages);
   pool.ParallelFor(static_cast<int64_t>(floats), [&](int64_t b, int64_t e) {  // first touch per thread
     std::fill(buf.data() + b, buf.data() + e, 1.0f);
   });
@@ -82,11 +104,11 @@ constexpr Shape kShapes[] = {
     {"gate/up_proj", 15360, 3840}, {"down_proj", 3840, 15360},
 };
 
-std::vector<uint16_t> RandomBf16(size_t count, std::mt19937& rng) {
+std::unique_ptr<PagedArray<uint16_t>> RandomBf16(size_t count, bool huge_pages, std::mt19937& rng) {
+  auto w = std::make_unique<PagedArray<uint16_t>>(count, huge_pages);
   std::normal_distribution<float> dist(0.0f, 0.02f);
-  std::vector<uint16_t> v(count);
-  for (auto& e : v) e = F32ToBf16(dist(rng));
-  return v;
+  for (size_t i = 0; i < count; ++i) w->data()[i] = F32ToBf16(dist(rng));
+  return w;
 }
 
 std::vector<float> RandomF32(size_t count, std::mt19937& rng) {
@@ -100,6 +122,7 @@ struct Options {
   bool quick = false;
   bool decode = true;
   bool prefill = true;
+  bool huge_pages = true;
   MatmulIsa isa = ActiveMatmulIsa();
   double bandwidth = 0;  // GB/s, measured
   Peaks peaks;
@@ -114,8 +137,8 @@ void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
     // Enough copies of W that cycling through them defeats the 32 MiB L3, as real layers do.
     const size_t w_elems = static_cast<size_t>(s.n * s.k);
     const int copies = static_cast<int>(std::max<size_t>(2, (size_t{256} << 20) / (w_elems * 2)));
-    std::vector<std::vector<uint16_t>> ws;
-    for (int c = 0; c < copies; ++c) ws.push_back(RandomBf16(w_elems, rng));
+    std::vector<std::unique_ptr<PagedArray<uint16_t>>> ws;
+    for (int c = 0; c < copies; ++c) ws.push_back(RandomBf16(w_elems, opt.huge_pages, rng));
     for (int64_t m : ms) {
       if (opt.quick && m != 1 && m != 8) continue;
       const std::vector<float> x = RandomF32(m * s.k, rng);
@@ -126,7 +149,7 @@ void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
         int next = 0;
         const int reps = opt.quick ? 2 * copies : 4 * copies;
         const double t = BestTime(reps, [&] {
-          MatmulBf16WithIsa(opt.isa, x.data(), m, s.k, ws[next].data(), s.n, y.data(), pool, x_as_bf16);
+          MatmulBf16WithIsa(opt.isa, x.data(), m, s.k, ws[next]->data(), s.n, y.data(), pool, x_as_bf16);
           next = (next + 1) % copies;
         });
         gbs[mode] = w_elems * 2 / t / 1e9;
@@ -149,7 +172,7 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
               "m", "bf16-x GFLOP/s", "fp32-x GFLOP/s", bf16_peak, fma_peak);
   const int64_t ms[] = {64, 256, 512, 4096};
   for (const Shape& s : kShapes) {
-    const std::vector<uint16_t> w = RandomBf16(static_cast<size_t>(s.n * s.k), rng);
+    const auto w = RandomBf16(static_cast<size_t>(s.n * s.k), opt.huge_pages, rng);
     for (int64_t m : ms) {
       if (opt.quick && m != 256 && m != 4096) continue;
       const std::vector<float> x = RandomF32(m * s.k, rng);
@@ -158,7 +181,7 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
       for (int mode = 0; mode < 2; ++mode) {
         const bool x_as_bf16 = mode == 0;
         const double t = BestTime(opt.quick ? 2 : 3, [&] {
-          MatmulBf16WithIsa(opt.isa, x.data(), m, s.k, w.data(), s.n, y.data(), pool, x_as_bf16);
+          MatmulBf16WithIsa(opt.isa, x.data(), m, s.k, w->data(), s.n, y.data(), pool, x_as_bf16);
         });
         gflops[mode] = 2.0 * m * s.n * s.k / t / 1e9;
       }
@@ -185,9 +208,11 @@ int Main(int argc, char** argv) {
       opt.prefill = false;
     } else if (a == "--prefill-only") {
       opt.decode = false;
+    } else if (a == "--small-pages") {
+      opt.huge_pages = false;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--quick] [--isa=avx2|avx512f|avx512bf16] [--decode-only] [--prefill-only]\n"
+                   "usage: %s [--quick] [--isa=avx2|avx512f|avx512bf16] [--decode-only] [--prefill-only] [--small-pages]\n"
                    "(an --isa this CPU lacks is refused)\n",
                    argv[0]);
       return 2;
@@ -198,9 +223,10 @@ int Main(int argc, char** argv) {
               pool.size(), std::string(MatmulIsaName(opt.isa)).c_str(), CpuSupportsAvx512F() ? "yes" : "no",
               CpuSupportsAvx512Bf16() ? "yes" : "no");
   std::printf("fp32-x mode has the avx2 order (on 512-bit registers unless the kernel is avx2)\n");
-  opt.bandwidth = ReadBandwidthGBs(pool, size_t{1} << 30, opt.quick ? 3 : 5);
+  opt.bandwidth = ReadBandwidthGBs(pool, size_t{1} << 30, opt.quick ? 3 : 5, opt.huge_pages);
   opt.peaks = MeasurePeaks(pool);
-  std::printf("streaming read bandwidth (1 GiB, %d threads): %.1f GB/s\n", pool.size(), opt.bandwidth);
+  std::printf("streaming read bandwidth (1 GiB, %d threads, %s): %.1f GB/s\n", pool.size(),
+              opt.huge_pages ? "huge pages" : "small pages", opt.bandwidth);
   std::printf("peak (%d threads): fp32 FMA %.1f GFLOP/s", pool.size(), opt.peaks.fma);
   if (opt.peaks.fma512 > 0) std::printf(", 512-bit fp32 FMA %.1f GFLOP/s", opt.peaks.fma512);
   if (opt.peaks.bf16_dot > 0) std::printf(", vdpbf16ps %.1f GFLOP/s", opt.peaks.bf16_dot);
