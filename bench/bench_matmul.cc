@@ -47,6 +47,8 @@ class PagedArray {
     if (huge_ == nullptr) heap_.resize(count);
   }
   T* data() { return huge_ ? reinterpret_cast<T*>(huge_->data()) : heap_.data(); }
+  // What the kernel backs with huge pages now: THP may be off, or refuse part of the range.
+  size_t huge_bytes() const { return huge_ ? huge_->huge_bytes() : 0; }
 
  private:
   std::unique_ptr<HugePageBuffer> huge_;
@@ -54,7 +56,8 @@ class PagedArray {
 };
 
 // Streaming read of a buffer much larger than the last-level cache, split over the pool's threads.
-double ReadBandwidthGBs(ThreadPool& pool, size_t bytes, int reps, bool huge_pages) {
+// Also reports how much of the buffer the kernel backed with huge pages.
+double ReadBandwidthGBs(ThreadPool& pool, size_t bytes, int reps, bool huge_pages, size_t* huge_bytes) {
   const size_t floats = bytes / sizeof(float);
   PagedArray<float> buf(floats, huge_pages);
   pool.ParallelFor(static_cast<int64_t>(floats), [&](int64_t b, int64_t e) {  // first touch per thread
@@ -79,6 +82,7 @@ double ReadBandwidthGBs(ThreadPool& pool, size_t bytes, int reps, bool huge_page
     });
   });
   if (sums[0] < 0) std::printf("impossible\n");  // keeps the loads observable
+  *huge_bytes = buf.huge_bytes();
   return bytes / t / 1e9;
 }
 
@@ -104,10 +108,10 @@ constexpr Shape kShapes[] = {
     {"gate/up_proj", 15360, 3840}, {"down_proj", 3840, 15360},
 };
 
-std::unique_ptr<PagedArray<uint16_t>> RandomBf16(size_t count, bool huge_pages, std::mt19937& rng) {
-  auto w = std::make_unique<PagedArray<uint16_t>>(count, huge_pages);
+PagedArray<uint16_t> RandomBf16(size_t count, bool huge_pages, std::mt19937& rng) {
+  PagedArray<uint16_t> w(count, huge_pages);
   std::normal_distribution<float> dist(0.0f, 0.02f);
-  for (size_t i = 0; i < count; ++i) w->data()[i] = F32ToBf16(dist(rng));
+  for (size_t i = 0; i < count; ++i) w.data()[i] = F32ToBf16(dist(rng));
   return w;
 }
 
@@ -137,7 +141,7 @@ void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
     // Enough copies of W that cycling through them defeats the 32 MiB L3, as real layers do.
     const size_t w_elems = static_cast<size_t>(s.n * s.k);
     const int copies = static_cast<int>(std::max<size_t>(2, (size_t{256} << 20) / (w_elems * 2)));
-    std::vector<std::unique_ptr<PagedArray<uint16_t>>> ws;
+    std::vector<PagedArray<uint16_t>> ws;
     for (int c = 0; c < copies; ++c) ws.push_back(RandomBf16(w_elems, opt.huge_pages, rng));
     for (int64_t m : ms) {
       if (opt.quick && m != 1 && m != 8) continue;
@@ -149,7 +153,7 @@ void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
         int next = 0;
         const int reps = opt.quick ? 2 * copies : 4 * copies;
         const double t = BestTime(reps, [&] {
-          MatmulBf16WithIsa(opt.isa, x.data(), m, s.k, ws[next]->data(), s.n, y.data(), pool, x_as_bf16);
+          MatmulBf16WithIsa(opt.isa, x.data(), m, s.k, ws[next].data(), s.n, y.data(), pool, x_as_bf16);
           next = (next + 1) % copies;
         });
         gbs[mode] = w_elems * 2 / t / 1e9;
@@ -172,7 +176,7 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
               "m", "bf16-x GFLOP/s", "fp32-x GFLOP/s", bf16_peak, fma_peak);
   const int64_t ms[] = {64, 256, 512, 4096};
   for (const Shape& s : kShapes) {
-    const auto w = RandomBf16(static_cast<size_t>(s.n * s.k), opt.huge_pages, rng);
+    PagedArray<uint16_t> w = RandomBf16(static_cast<size_t>(s.n * s.k), opt.huge_pages, rng);
     for (int64_t m : ms) {
       if (opt.quick && m != 256 && m != 4096) continue;
       const std::vector<float> x = RandomF32(m * s.k, rng);
@@ -181,7 +185,7 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
       for (int mode = 0; mode < 2; ++mode) {
         const bool x_as_bf16 = mode == 0;
         const double t = BestTime(opt.quick ? 2 : 3, [&] {
-          MatmulBf16WithIsa(opt.isa, x.data(), m, s.k, w->data(), s.n, y.data(), pool, x_as_bf16);
+          MatmulBf16WithIsa(opt.isa, x.data(), m, s.k, w.data(), s.n, y.data(), pool, x_as_bf16);
         });
         gflops[mode] = 2.0 * m * s.n * s.k / t / 1e9;
       }
@@ -223,10 +227,11 @@ int Main(int argc, char** argv) {
               pool.size(), std::string(MatmulIsaName(opt.isa)).c_str(), CpuSupportsAvx512F() ? "yes" : "no",
               CpuSupportsAvx512Bf16() ? "yes" : "no");
   std::printf("fp32-x mode has the avx2 order (on 512-bit registers unless the kernel is avx2)\n");
-  opt.bandwidth = ReadBandwidthGBs(pool, size_t{1} << 30, opt.quick ? 3 : 5, opt.huge_pages);
+  size_t huge_bytes = 0;
+  opt.bandwidth = ReadBandwidthGBs(pool, size_t{1} << 30, opt.quick ? 3 : 5, opt.huge_pages, &huge_bytes);
   opt.peaks = MeasurePeaks(pool);
-  std::printf("streaming read bandwidth (1 GiB, %d threads, %s): %.1f GB/s\n", pool.size(),
-              opt.huge_pages ? "huge pages" : "small pages", opt.bandwidth);
+  std::printf("streaming read bandwidth (1 GiB, %d threads, %zu MiB of it in huge pages): %.1f GB/s\n", pool.size(),
+              huge_bytes >> 20, opt.bandwidth);
   std::printf("peak (%d threads): fp32 FMA %.1f GFLOP/s", pool.size(), opt.peaks.fma);
   if (opt.peaks.fma512 > 0) std::printf(", 512-bit fp32 FMA %.1f GFLOP/s", opt.peaks.fma512);
   if (opt.peaks.bf16_dot > 0) std::printf(", vdpbf16ps %.1f GFLOP/s", opt.peaks.bf16_dot);
