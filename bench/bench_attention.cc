@@ -5,7 +5,7 @@
 // GFLOP/s counts the scores and the weighted sums of the keys each query sees (4 · head_dim flops per
 // query head and key); the % is of the machine's fp32 multiply-add peak that the tiles run on.
 //
-// Usage: bench_attention [--quick] [--precision=bf16|fp32] [--case=global|sliding,CONTEXT,ROWS]
+// Usage: bench_attention [--quick] [--cold] [--precision=bf16|fp32] [--case=global|sliding,CONTEXT,ROWS]
 // Threads: $LAYERPIPE_THREADS (default: all hardware threads).
 #include <algorithm>
 #include <cstdint>
@@ -77,7 +77,7 @@ double Flops(const Case& c) {
 }
 
 // Seconds of one Run over the chunk, best of `reps`.
-double Time(const Case& c, Precision precision, int reps, ThreadPool& pool, std::mt19937& rng) {
+double Time(const Case& c, Precision precision, int reps, bool cold, ThreadPool& pool, std::mt19937& rng) {
   const Layer& l = c.layer;
   const int64_t kw = int64_t(l.kv_heads) * l.head_dim, qw = int64_t(l.heads) * l.head_dim;
   LayerKvCache cache(l.window > 0, l.window > 0 ? l.window : 1, kw, precision);
@@ -104,17 +104,30 @@ double Time(const Case& c, Precision precision, int reps, ThreadPool& pool, std:
   const AttentionChunk chunk{&cache, precision, c.context, c.n, l.window, q.data(), qw, k.data(), v.data(), kw,
                              out.data(), qw};
   AttentionRunner runner;
-  return bench::BestTime(reps, [&] { runner.Run({chunk}, l.heads, l.kv_heads, l.head_dim, pool); });
+  if (!cold) return bench::BestTime(reps, [&] { runner.Run({chunk}, l.heads, l.kv_heads, l.head_dim, pool); });
+  // Between decode steps every layer's weights stream through the caches, so a step meets its KV rows
+  // in DRAM: read a buffer larger than the last-level cache before each (untimed) call.
+  static AlignedVector<float> flush(size_t{1} << 28, 1.0f);  // 1 GiB
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    float sum = 0;
+    for (size_t i = 0; i < flush.size(); i += 16) sum += flush[i];
+    flush[0] = sum * 1e-30f;  // keeps the reads
+    best = std::min(best, bench::BestTime(1, [&] { runner.Run({chunk}, l.heads, l.kv_heads, l.head_dim, pool); }));
+  }
+  return best;
 }
 
 int Main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, cold = false;
   Precision precision = Precision::kBf16;
   std::optional<Case> only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
       quick = true;
+    } else if (a == "--cold") {
+      cold = true;
     } else if (a == "--precision=bf16") {
       precision = Precision::kBf16;
     } else if (a == "--precision=fp32") {
@@ -125,7 +138,7 @@ int Main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--precision=bf16|fp32] [--case=global|sliding,CONTEXT,ROWS]\n",
+      std::fprintf(stderr, "usage: %s [--quick] [--cold] [--precision=bf16|fp32] [--case=global|sliding,CONTEXT,ROWS]\n",
                    argv[0]);
       return 2;
     }
@@ -134,8 +147,9 @@ int Main(int argc, char** argv) {
   const bench::Peaks peaks = bench::MeasurePeaks(pool);
   const bool wide = AttentionAvx512Default();
   const double peak = wide ? peaks.fma512 : peaks.fma;
-  std::printf("threads: %d   cache: %s   tiles: %s   fp32 FMA peak on them: %.1f GFLOP/s\n", pool.size(),
-              precision == Precision::kBf16 ? "bf16" : "fp32", wide ? "512-bit" : "256-bit", peak);
+  std::printf("threads: %d   cache: %s, %s   tiles: %s   fp32 FMA peak on them: %.1f GFLOP/s\n", pool.size(),
+              precision == Precision::kBf16 ? "bf16" : "fp32", cold ? "read from DRAM (--cold)" : "warm",
+              wide ? "512-bit" : "256-bit", peak);
   std::printf("%-8s %4s %3s %4s %7s %5s %10s %9s\n", "layer", "q", "kv", "dim", "context", "rows", "ms/call",
               "GFLOP/s");
   std::vector<Case> cases = {
@@ -147,7 +161,7 @@ int Main(int argc, char** argv) {
   std::mt19937 rng(1234);
   for (const Case& c : cases) {
     const int reps = c.n == 1 ? 20 : 3;
-    const double t = Time(c, precision, reps, pool, rng);
+    const double t = Time(c, precision, reps, cold, pool, rng);
     const double gflops = Flops(c) / t / 1e9;
     std::printf("%-8s %4d %3d %4d %7lld %5lld %10.3f %9.1f (%3.0f%%)\n", c.layer.name, c.layer.heads,
                 c.layer.kv_heads, c.layer.head_dim, static_cast<long long>(c.context), static_cast<long long>(c.n),
