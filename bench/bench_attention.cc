@@ -106,13 +106,19 @@ double Time(const Case& c, Precision precision, int reps, bool cold, ThreadPool&
   AttentionRunner runner;
   if (!cold) return bench::BestTime(reps, [&] { runner.Run({chunk}, l.heads, l.kv_heads, l.head_dim, pool); });
   // Between decode steps every layer's weights stream through the caches, so a step meets its KV rows
-  // in DRAM: read a buffer larger than the last-level cache before each (untimed) call.
+  // in DRAM: read a buffer larger than the last-level cache before each (untimed) call, on all the
+  // pool's threads, so that none of them is asleep when the call starts (as between layers).
   static AlignedVector<float> flush(size_t{1} << 28, 1.0f);  // 1 GiB
+  const int64_t lines = static_cast<int64_t>(flush.size() / 16);
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
-    float sum = 0;
-    for (size_t i = 0; i < flush.size(); i += 16) sum += flush[i];
-    flush[0] = sum * 1e-30f;  // keeps the reads
+    pool.ParallelFor(pool.size(), [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float sum = 0;
+        for (int64_t i = lines * t / pool.size(); i < lines * (t + 1) / pool.size(); ++i) sum += flush[i * 16];
+        flush[t * 16] += sum * 1e-30f;  // keeps the reads
+      }
+    });
     best = std::min(best, bench::BestTime(1, [&] { runner.Run({chunk}, l.heads, l.kv_heads, l.head_dim, pool); }));
   }
   return best;
