@@ -140,8 +140,12 @@ int Bench(const std::string& dir, const std::string& label) {
   for (int l = 0; l < c.num_layers; ++l) layer_bytes += static_cast<double>(e.weights().LayerMatrixBytes(l));
   const double head_bytes = static_cast<double>(e.weights().embed_tokens().bytes());
   const double step_bytes = layer_bytes + head_bytes;
-  // 2 flops per weight per token for the layer matmuls; the head runs once per prompt.
-  const double prefill_flops = 2.0 * (layer_bytes / 2) * n * batch + 2.0 * (head_bytes / 2) * batch;
+  // 2 flops per weight per token for the layer matmuls (so a weight's bytes in bf16); the head runs once
+  // per prompt, and so does the last layer past its keys and values (SequenceSlice::outputs).
+  const LayerWeights& last = e.weights().layer(c.num_layers - 1);
+  const double last_kv_bytes = static_cast<double>(last.k_proj.bytes() + last.v_proj.bytes());
+  const double last_rest_bytes = static_cast<double>(e.weights().LayerMatrixBytes(c.num_layers - 1)) - last_kv_bytes;
+  const double prefill_flops = (layer_bytes - last_rest_bytes) * n * batch + (last_rest_bytes + head_bytes) * batch;
   std::printf("%-28s load %.1f s (%s) | prefill %6d tok (chunk %d): %8.1f tok/s  %6.1f GFLOP/s  %s"
               " | decode batch %d at %d: %7.2f tok/s  %6.2f ms/step  %s  weights %.2f GB/step"
               "  %5.1f GB/s\n",

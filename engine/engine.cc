@@ -69,7 +69,8 @@ absl::Status Engine::Advance(absl::Span<const StepInput> inputs, const HeadFn& h
         soft.push_back(sp);
       }
       blocks.push_back(ImageBlocks(SpansIn(in.soft, begin, begin + n, frame), in.kv->length()));
-      slices.push_back({in.kv, n, blocks.back()});
+      // Only a slice that ends its input needs a row out of the last layer (its logits).
+      slices.push_back({in.kv, n, blocks.back(), begin + n == total ? 1 : 0});
       ids.insert(ids.end(), in.ids.begin() + begin, in.ids.begin() + begin + n);
       which.push_back(i);
     }

@@ -180,7 +180,10 @@ absl::Status Stage::Run(const internal::v1::StepFrame& frame, StageInput input, 
       }
       soft.push_back(span);
     }
-    slices.push_back({seqs[i]->kv.get(), s.ids_size(), blocks[i]});
+    // The last stage's head reads every row of a slice that scores or returns logits, the last of one
+    // that samples, none of a prompt chunk (RunHead): the last layer computes only those.
+    const int64_t outputs = !options_.last || s.score() || s.return_logits() ? -1 : (s.sample() ? 1 : 0);
+    slices.push_back({seqs[i]->kv.get(), s.ids_size(), blocks[i], outputs});
     ids.insert(ids.end(), s.ids().begin(), s.ids().end());
   }
   const int64_t rows = static_cast<int64_t>(ids.size());

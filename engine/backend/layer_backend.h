@@ -27,10 +27,17 @@ namespace layerpipe {
 
 // n new tokens of one sequence, at positions kv->length() .. kv->length() + n - 1. image_blocks: the
 // images whose soft tokens lie in the slice (absolute positions, ascending, each wholly inside it).
+// outputs: how many of the slice's last rows the caller reads after the model's last layer (the rows
+// that need logits: 0 for a prompt chunk before the last, 1 for a prompt's end or a decode step); -1,
+// all. A backend holding the last layer may compute only those rows there (llama.cpp's output ids do
+// this after attention for most models), the others storing just their keys and values; the others'
+// hidden rows are then left unspecified. Their keys and values, and the rows computed, are bit for bit
+// those of a full pass.
 struct SequenceSlice {
   SequenceState* kv;
   int64_t n;
   absl::Span<const PositionRange> image_blocks = {};
+  int64_t outputs = -1;
 };
 
 // InvalidArgument unless the slice's image blocks are non-empty, ascending, disjoint and inside it (the

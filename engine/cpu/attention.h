@@ -30,7 +30,8 @@ struct AttentionChunk {
   int64_t kv_stride;
   float* out;  // [n][out_stride]
   int64_t out_stride;
-  // Image blocks inside the chunk (absolute positions): a query in one also sees the later keys of its
+  // Image blocks that end inside the chunk (absolute positions; one may begin before pos0 when the
+  // rows before the chunk only stored their keys): a query in one also sees the later keys of its
   // block, all of which are in the chunk. Empty on full layers, which stay causal.
   absl::Span<const PositionRange> image_blocks = {};
 };

@@ -134,6 +134,20 @@ absl::Status CpuBackend::Forward(absl::Span<const SequenceSlice> slices, float* 
   return absl::OkStatus();
 }
 
+namespace {
+
+// The slice's last rows that get outputs on layer l: all of them but on the model's last layer.
+int64_t QueryRows(const SequenceSlice& s, bool last_layer) {
+  return last_layer && s.outputs >= 0 ? std::min(s.outputs, s.n) : s.n;
+}
+
+// rows[j] of src (row width w) into dst row j.
+void GatherRows(const float* src, const std::vector<int64_t>& rows, int64_t w, float* dst) {
+  for (size_t j = 0; j < rows.size(); ++j) std::memcpy(dst + j * w, src + rows[j] * w, sizeof(float) * w);
+}
+
+}  // namespace
+
 void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
                                   const std::vector<int64_t>& positions, float* h) {
   const LayerWeights& L = w_.layer(l);
@@ -145,18 +159,38 @@ void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
   const double eps = cfg_.rms_norm_eps;
   const int pairs = full ? RotaryPairs(inv_freq_full_) : RotaryPairs(inv_freq_sliding_);
   const float* cs = full ? cs_full_.data() : cs_sliding_.data();
+  const int64_t window = full ? 0 : cfg_.sliding_window;
+
+  // Every row's keys and values; queries, attention, o_proj and the MLP for the query rows: all rows,
+  // but on the model's last layer only those the caller reads (for a long prompt, its last).
+  const bool last_layer = l == cfg_.num_layers - 1;
+  std::vector<int64_t>& rows = query_rows_;
+  rows.clear();
+  int64_t row0 = 0;
+  for (const SequenceSlice& s : slices) {
+    for (int64_t i = s.n - QueryRows(s, last_layer); i < s.n; ++i) rows.push_back(row0 + i);
+    row0 += s.n;
+  }
+  const int64_t Mq = static_cast<int64_t>(rows.size());
+  const bool gathered = Mq < M;
 
   a_.resize(M * H);
-  q_.resize(M * qw);
   k_.resize(M * kw);
   v_.resize(M * kw);
-  attn_.resize(M * qw);
-  o_.resize(M * H);
-  g_.resize(M * I);
-  u_.resize(M * I);
+  q_.resize(Mq * qw);
+  attn_.resize(Mq * qw);
+  o_.resize(Mq * H);
+  g_.resize(Mq * I);
+  u_.resize(Mq * I);
 
   for (int64_t r = 0; r < M; ++r) RmsNorm(h + r * H, L.input_layernorm.data(), H, eps, a_.data() + r * H);
-  Matmul(a_.data(), M, L.q_proj, q_.data());
+  const float* aq = a_.data();
+  if (gathered) {
+    aq_.resize(Mq * H);
+    GatherRows(a_.data(), rows, H, aq_.data());
+    aq = aq_.data();
+  }
+  Matmul(aq, Mq, L.q_proj, q_.data());
   Matmul(a_.data(), M, L.k_proj, k_.data());
   if (L.v_proj.empty()) {
     // k_eq_v: V is the raw key projection, before k_norm and rotary.
@@ -166,13 +200,10 @@ void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
   }
   pool_.ParallelFor(M, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
-      float* q = q_.data() + r * qw;
       float* k = k_.data() + r * kw;
       float* v = v_.data() + r * kw;
-      RmsNormHeads(q, L.q_norm.data(), nh, hd, eps);
       RmsNormHeads(k, L.k_norm.data(), kvh, hd, eps);
       RmsNormHeads(v, nullptr, kvh, hd, eps);
-      ApplyRope(q, nh, hd, cs + r * 2 * pairs, pairs);
       ApplyRope(k, kvh, hd, cs + r * 2 * pairs, pairs);
       if (precision_ == Precision::kBf16) {
         RoundRowToBf16(k, k, kw);
@@ -180,48 +211,76 @@ void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
       }
     }
   });
+  pool_.ParallelFor(Mq, [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) {
+      float* q = q_.data() + j * qw;
+      RmsNormHeads(q, L.q_norm.data(), nh, hd, eps);
+      ApplyRope(q, nh, hd, cs + rows[j] * 2 * pairs, pairs);
+    }
+  });
 
+  // Per slice, the rows before its query rows only store their keys and values (read back from the
+  // cache by the query rows, the same values); the query rows attend as a chunk of their own.
   std::vector<AttentionChunk> chunks;
-  int64_t row0 = 0;
+  row0 = 0;
+  int64_t qrow0 = 0;
   for (const SequenceSlice& s : slices) {
     // Every state here came from NewSequence above.
-    SequenceKv* kv = static_cast<SequenceKv*>(s.kv);
-    // Image blocks see themselves both ways on sliding layers only; full layers stay causal.
-    chunks.push_back(AttentionChunk{&kv->layer(l), precision_, s.kv->length(), s.n,
-                                    full ? 0 : cfg_.sliding_window, q_.data() + row0 * qw, qw,
-                                    k_.data() + row0 * kw, v_.data() + row0 * kw, kw, attn_.data() + row0 * qw, qw,
-                                    full ? absl::Span<const PositionRange>() : s.image_blocks});
+    LayerKvCache* cache = &static_cast<SequenceKv*>(s.kv)->layer(l);
+    const int64_t keep = QueryRows(s, last_layer), skip = s.n - keep, pos0 = s.kv->length() + skip;
+    if (skip > 0) {
+      StoreChunk(AttentionChunk{cache, precision_, s.kv->length(), skip, window, nullptr, qw, k_.data() + row0 * kw,
+                                v_.data() + row0 * kw, kw, nullptr, qw});
+    }
+    if (keep > 0) {
+      // Image blocks see themselves both ways on sliding layers only; full layers stay causal.
+      chunks.push_back(AttentionChunk{cache, precision_, pos0, keep, window, q_.data() + qrow0 * qw, qw,
+                                      k_.data() + (row0 + skip) * kw, v_.data() + (row0 + skip) * kw, kw,
+                                      attn_.data() + qrow0 * qw, qw,
+                                      full ? absl::Span<const PositionRange>() : s.image_blocks});
+    }
     row0 += s.n;
+    qrow0 += keep;
   }
   const auto attention_start = std::chrono::steady_clock::now();
   attention_.Run(chunks, nh, kvh, hd, pool_);
   AddSince(attention_ns, attention_start);
+  if (Mq == 0) return;
 
-  Matmul(attn_.data(), M, L.o_proj, o_.data());
-  pool_.ParallelFor(M, [&](int64_t b, int64_t e) {
+  float* hq = h;
+  if (gathered) {
+    hq_.resize(Mq * H);
+    GatherRows(h, rows, H, hq_.data());
+    hq = hq_.data();
+  }
+  Matmul(attn_.data(), Mq, L.o_proj, o_.data());
+  pool_.ParallelFor(Mq, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       float* o = o_.data() + r * H;
       RmsNorm(o, L.post_attention_layernorm.data(), H, eps, o);
-      float* hr = h + r * H;
+      float* hr = hq + r * H;
       for (int64_t i = 0; i < H; ++i) hr[i] += o[i];
       RmsNorm(hr, L.pre_feedforward_layernorm.data(), H, eps, a_.data() + r * H);
     }
   });
-  Matmul(a_.data(), M, L.gate_proj, g_.data());
-  Matmul(a_.data(), M, L.up_proj, u_.data());
-  pool_.ParallelFor(M, [&](int64_t b, int64_t e) {
+  Matmul(a_.data(), Mq, L.gate_proj, g_.data());
+  Matmul(a_.data(), Mq, L.up_proj, u_.data());
+  pool_.ParallelFor(Mq, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) GeluTanhMul(g_.data() + r * I, u_.data() + r * I, I);
   });
-  Matmul(g_.data(), M, L.down_proj, o_.data());
+  Matmul(g_.data(), Mq, L.down_proj, o_.data());
   const float scalar = L.layer_scalar;
-  pool_.ParallelFor(M, [&](int64_t b, int64_t e) {
+  pool_.ParallelFor(Mq, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       float* o = o_.data() + r * H;
       RmsNorm(o, L.post_feedforward_layernorm.data(), H, eps, o);
-      float* hr = h + r * H;
+      float* hr = hq + r * H;
       for (int64_t i = 0; i < H; ++i) hr[i] = (hr[i] + o[i]) * scalar;
     }
   });
+  if (gathered) {
+    for (int64_t j = 0; j < Mq; ++j) std::memcpy(h + rows[j] * H, hq + j * H, sizeof(float) * H);
+  }
 }
 
 }  // namespace layerpipe

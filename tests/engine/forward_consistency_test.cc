@@ -135,6 +135,64 @@ TEST_P(ForwardConsistencyTest, LayerRangeSplitsEqualTheWholeRange) {
   }
 }
 
+// SequenceSlice::outputs: the last layer runs only the rows the caller reads; those rows, and every
+// key and value (so the next steps), are bit for bit a full pass's. The last layer here is a sliding
+// one, and one slice's image block is cut by the rows it skips.
+TEST_P(ForwardConsistencyTest, LastLayerComputesOnlyTheRowsRead) {
+  auto config = LoadModelConfig(*dir_);
+  ASSERT_TRUE(config.ok());
+  const int L = config->num_layers;
+  const int64_t H = config->hidden_size;
+  ASSERT_EQ(config->layer_types[L - 1], LayerType::kSliding);
+  ThreadPool pool(2);
+  auto w = ModelWeights::Load(*dir_, *config, {0, L, true, true});
+  ASSERT_TRUE(w.ok()) << w.status();
+  CpuBackend backend(**w, GetParam(), pool);
+
+  const std::vector<std::vector<int32_t>> prompts = {RandomIds(11, 300, 9), RandomIds(6, 300, 10),
+                                                     RandomIds(9, 300, 11), RandomIds(8, 300, 12)};
+  const std::vector<int64_t> outputs = {0, 1, 2, -1};
+  const std::vector<PositionRange> block = {{3, 8}};  // the third prompt's: rows 7 and 8 are read
+  auto run = [&](bool pruned, std::vector<std::unique_ptr<SequenceState>>& kvs, std::vector<float>& h) {
+    std::vector<int32_t> ids;
+    std::vector<SequenceSlice> slices;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      kvs.push_back(backend.NewSequence());
+      ids.insert(ids.end(), prompts[i].begin(), prompts[i].end());
+      slices.push_back({kvs.back().get(), static_cast<int64_t>(prompts[i].size()),
+                        i == 2 ? absl::MakeConstSpan(block) : absl::Span<const PositionRange>(),
+                        pruned ? outputs[i] : -1});
+    }
+    h.assign(ids.size() * H, 0.0f);
+    ASSERT_TRUE(backend.Embed(ids, h.data()).ok());
+    ASSERT_TRUE(backend.Forward(slices, h.data()).ok());
+  };
+  std::vector<std::unique_ptr<SequenceState>> full_kv, pruned_kv;
+  std::vector<float> full_h, pruned_h;
+  run(false, full_kv, full_h);
+  run(true, pruned_kv, pruned_h);
+  int64_t row0 = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(prompts[i].size());
+    const int64_t read = outputs[i] < 0 ? n : outputs[i];
+    const size_t at = static_cast<size_t>((row0 + n - read) * H), count = static_cast<size_t>(read * H);
+    EXPECT_EQ(std::memcmp(full_h.data() + at, pruned_h.data() + at, count * sizeof(float)), 0) << "prompt " << i;
+    row0 += n;
+  }
+  // A decode step on both: the same keys and values behind it give the same rows.
+  const std::vector<int32_t> next = {5, 6, 7, 8};
+  std::vector<float> decoded[2];
+  for (int pruned = 0; pruned < 2; ++pruned) {
+    auto& kvs = pruned ? pruned_kv : full_kv;
+    std::vector<SequenceSlice> slices;
+    for (auto& kv : kvs) slices.push_back({kv.get(), 1});
+    decoded[pruned].assign(next.size() * H, 0.0f);
+    ASSERT_TRUE(backend.Embed(next, decoded[pruned].data()).ok());
+    ASSERT_TRUE(backend.Forward(slices, decoded[pruned].data()).ok());
+  }
+  EXPECT_TRUE(BitEqual(decoded[0], decoded[1].data()));
+}
+
 TEST_P(ForwardConsistencyTest, ThreadCountDoesNotChangeResults) {
   const auto ids = RandomIds(12, 300, 8);
   EngineOptions o;
