@@ -136,18 +136,18 @@ TEST_P(ForwardConsistencyTest, LayerRangeSplitsEqualTheWholeRange) {
 }
 
 // SequenceSlice::outputs: the last layer runs only the rows the caller reads; those rows, and every
-// key and value (so the next steps), are bit for bit a full pass's. The last layer here is a sliding
-// one, and one slice's image block is cut by the rows it skips.
-TEST_P(ForwardConsistencyTest, LastLayerComputesOnlyTheRowsRead) {
-  auto config = LoadModelConfig(*dir_);
+// key and value (so the next steps), are bit for bit a full pass's. One slice's image block is cut by
+// the rows it skips (it matters on a sliding last layer).
+void ExpectLastLayerComputesOnlyTheRowsRead(const std::string& dir, Precision precision, LayerType last_type) {
+  auto config = LoadModelConfig(dir);
   ASSERT_TRUE(config.ok());
   const int L = config->num_layers;
   const int64_t H = config->hidden_size;
-  ASSERT_EQ(config->layer_types[L - 1], LayerType::kSliding);
+  ASSERT_EQ(config->layer_types[L - 1], last_type);
   ThreadPool pool(2);
-  auto w = ModelWeights::Load(*dir_, *config, {0, L, true, true});
+  auto w = ModelWeights::Load(dir, *config, {0, L, true, true});
   ASSERT_TRUE(w.ok()) << w.status();
-  CpuBackend backend(**w, GetParam(), pool);
+  CpuBackend backend(**w, precision, pool);
 
   const std::vector<std::vector<int32_t>> prompts = {RandomIds(11, 300, 9), RandomIds(6, 300, 10),
                                                      RandomIds(9, 300, 11), RandomIds(8, 300, 12)};
@@ -191,6 +191,15 @@ TEST_P(ForwardConsistencyTest, LastLayerComputesOnlyTheRowsRead) {
     ASSERT_TRUE(backend.Forward(slices, decoded[pruned].data()).ok());
   }
   EXPECT_TRUE(BitEqual(decoded[0], decoded[1].data()));
+}
+
+TEST_P(ForwardConsistencyTest, LastLayerComputesOnlyTheRowsRead) {
+  ExpectLastLayerComputesOnlyTheRowsRead(*dir_, GetParam(), LayerType::kSliding);
+  // The 12B's last layer is a full one (pages, k_eq_v): the same model cut after its full layer.
+  RandomCheckpointOptions o = testing_util::SmallModel();
+  o.layers = 3;
+  static const std::string* full_last = new std::string(testing_util::MakeCheckpoint("fwd_full_last", o));
+  ExpectLastLayerComputesOnlyTheRowsRead(*full_last, GetParam(), LayerType::kFull);
 }
 
 TEST_P(ForwardConsistencyTest, ThreadCountDoesNotChangeResults) {
