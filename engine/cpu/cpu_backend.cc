@@ -136,7 +136,7 @@ absl::Status CpuBackend::Forward(absl::Span<const SequenceSlice> slices, float* 
 
 namespace {
 
-// The slice's last rows that get outputs on layer l: all of them but on the model's last layer.
+// How many of the slice's last rows get outputs: all of them but on the model's last layer.
 int64_t QueryRows(const SequenceSlice& s, bool last_layer) {
   return last_layer && s.outputs >= 0 ? std::min(s.outputs, s.n) : s.n;
 }
@@ -186,9 +186,9 @@ void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
   for (int64_t r = 0; r < M; ++r) RmsNorm(h + r * H, L.input_layernorm.data(), H, eps, a_.data() + r * H);
   const float* aq = a_.data();
   if (gathered) {
-    aq_.resize(Mq * H);
-    GatherRows(a_.data(), rows, H, aq_.data());
-    aq = aq_.data();
+    gathered_.resize(Mq * H);
+    GatherRows(a_.data(), rows, H, gathered_.data());
+    aq = gathered_.data();
   }
   Matmul(aq, Mq, L.q_proj, q_.data());
   Matmul(a_.data(), M, L.k_proj, k_.data());
@@ -249,9 +249,8 @@ void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
 
   float* hq = h;
   if (gathered) {
-    hq_.resize(Mq * H);
-    GatherRows(h, rows, H, hq_.data());
-    hq = hq_.data();
+    GatherRows(h, rows, H, gathered_.data());  // its q rows are no longer needed
+    hq = gathered_.data();
   }
   Matmul(attn_.data(), Mq, L.o_proj, o_.data());
   pool_.ParallelFor(Mq, [&](int64_t b, int64_t e) {

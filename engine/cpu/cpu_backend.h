@@ -55,8 +55,9 @@ class CpuBackend final : public LayerBackend {
   // Scratch reused across steps (a stage runs one step at a time).
   // Rows the kernels read and write whole vectors of start on cache lines.
   AlignedVector<float> a_, q_, k_, v_, attn_, o_, g_, u_;
-  // The last layer's rows that get outputs (SequenceSlice::outputs), gathered when not all of them.
-  AlignedVector<float> aq_, hq_;
+  // The last layer's rows that get outputs (SequenceSlice::outputs) when not all of them: their rows of
+  // a_ for q_proj, then their hidden rows for the rest of the layer.
+  AlignedVector<float> gathered_;
   std::vector<int64_t> query_rows_;
   std::vector<float> cs_sliding_, cs_full_, normed_;
   AttentionRunner attention_;
