@@ -220,17 +220,19 @@ TEST(MatmulTest, Avx512FKernelGivesTheAvx2Bits) {
 
 // Every row of a big batch equals the same row computed alone (m = 1), and the same row placed at
 // various positions among unrelated rows of batches of various sizes (decode and prefill kernels). The
-// big batch spans several of the blocked kernels' row blocks (AVX2: 512 rows, AVX-512 BF16: 128).
+// big batch spans several of the blocked kernels' row blocks (AVX2: 512 rows, AVX-512 BF16: 64, and
+// passes of 4 MiB of x: 232 rows at k = 9000); k = 9000 is packed in 3 chunks of k with partial sums
+// kept across them (AVX-512 BF16).
 TEST(MatmulTest, RowResultsIndependentOfBatchCompositionAndPosition) {
   ThreadPool pool(2);
-  for (int64_t k : {96, 160, 3840}) {
+  for (int64_t k : {96, 160, 3840, 9000}) {
     const int64_t n = 53;
     const Problem full = MakeProblem(1100, k, n, static_cast<uint32_t>(k));
     for (MatmulIsa isa : RunnableIsas()) {
       for (bool x_as_bf16 : {true, false}) {
         const std::vector<float> y_full = Compute(isa, full, pool, x_as_bf16);
-        std::vector<int64_t> rows = {127, 128, 255, 256, 511, 512, 515, 516, 1023, 1024, full.m - 1};  // row blocks' edges
-        for (int64_t i = 0; i < full.m; i += (k == 3840 ? 23 : 7)) rows.push_back(i);
+        std::vector<int64_t> rows = {127, 128, 231, 232, 255, 256, 463, 464, 511, 512, 515, 516, 1023, 1024, full.m - 1};  // row blocks' edges
+        for (int64_t i = 0; i < full.m; i += (k >= 3840 ? 23 : 7)) rows.push_back(i);
         for (int64_t i : rows) {
           Problem one{1, k, n, std::vector<float>(full.x.begin() + i * k, full.x.begin() + (i + 1) * k), full.w};
           const std::vector<float> y_one = Compute(isa, one, pool, x_as_bf16);
