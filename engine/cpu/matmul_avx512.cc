@@ -34,8 +34,8 @@ constexpr int64_t kStreamMaxRows = 8;
 // tile at ~60 % of peak on a core that issues two vdpbf16ps per cycle (Zen 5).
 constexpr int kPackRows = 8;
 constexpr int kPackCols = 3;
-// kBlockCols weight columns are packed (tile-interleaved, all of k: L2) once per column block and every
-// row tile reuses them. Packing makes each tile's weights one sequential stream: read in place, the
+// kBlockCols weight columns are packed (tile-interleaved, up to kPackK values of k: L2) once per column
+// block and every row tile reuses them. Packing makes each tile's weights one sequential stream: read in place, the
 // rows of a tile lie k * 2 bytes apart, which for k = 4096 puts them in one L1 set.
 constexpr int64_t kBlockCols = 48;
 // k is taken kBlockK values at a time, so the x tile (8 rows x kBlockK bf16, 16 KiB) stays in L1 while
@@ -325,6 +325,7 @@ void PackedColumns(const Avx512Bf16Problem& p, int64_t i_begin, int64_t i_end, i
   // else across chunks, for every row.
   const int64_t park_rows = k_chunks > 1 ? m : std::min(m, kBlockRows);
   float* park = kp > kBlockK ? ThreadScratch<float, Slot::kPartialSums>(park_rows * kBlockCols * kLanes) : nullptr;
+  // Tile calls per packed chunk, at most (each row block may end in a partial row tile).
   const int64_t tiles_per_chunk = ((m + kPackRows - 1) / kPackRows + (m + kBlockRows - 1) / kBlockRows) *
                                   ((kc + kBlockK - 1) / kBlockK) * (kBlockCols / kPackCols);
   for (int64_t jc = j_begin; jc < j_end; jc += kBlockCols) {
@@ -364,7 +365,7 @@ void Avx512Bf16Columns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_en
   if (p.m <= kStreamMaxRows) {
     StreamColumns(p, j_begin, j_end);
   } else {
-    // Rows are taken kSuperBytes of x at a time (512 rows at k = 3840, 136 at 15360), so they stay in L3
+    // Rows are taken kSuperBytes of x at a time (544 rows at k = 3840, 136 at 15360), so they stay in L3
     // while every column block passes over them, at the cost of packing each column block once per
     // pass (~4 % at 512 rows).
     const int64_t super_rows = std::max<int64_t>(kPackRows, kSuperBytes / (RoundUp(p.k, kAvx512KStep) * 2) / kPackRows * kPackRows);
