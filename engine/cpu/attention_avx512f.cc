@@ -9,13 +9,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
-#include <utility>
 
 #include "engine/cpu/attention_tiles.h"
 #include "engine/cpu/avx512_pairs.h"
 #include "engine/cpu/thread_scratch.h"
+#include "engine/cpu/tile_table.h"
 #include "engine/model/bf16.h"
 
 namespace layerpipe::attention_tiles {
@@ -116,16 +115,6 @@ LP_AVX512F const float* PackKeyPairs(const T* const* k, int64_t n, int hd) {
   return out;
 }
 
-// [rows - 1][columns - 1] tables of a tile template's partial instances at the edges: F<R, C>::kFn.
-template <template <int, int> class F, int R, int... Cs>
-constexpr auto TableRow(std::integer_sequence<int, Cs...>) {
-  return std::array{F<R, Cs + 1>::kFn...};
-}
-template <template <int, int> class F, int kColumns, int... Rs>
-constexpr auto Table(std::integer_sequence<int, Rs...>) {
-  return std::array{TableRow<F, Rs + 1>(std::make_integer_sequence<int, kColumns>())...};
-}
-
 template <typename T>
 struct RowScoreTiles {
   template <int Q, int P>
@@ -138,9 +127,8 @@ struct PackedScoreTiles {
   static constexpr auto kFn = &PackedScoreTile<Q, P>;
 };
 template <typename T>
-constexpr auto kScoreTiles16 =
-    Table<RowScoreTiles<T>::template Of, kKeyPairs>(std::make_integer_sequence<int, kScoreQueries>());
-constexpr auto kPackedScoreTiles = Table<PackedScoreTiles, kKeyPairs>(std::make_integer_sequence<int, kScoreQueries>());
+constexpr auto kScoreTiles16 = TileTable<RowScoreTiles<T>::template Of, kScoreQueries, kKeyPairs>();
+constexpr auto kPackedScoreTiles = TileTable<PackedScoreTiles, kScoreQueries, kKeyPairs>();
 
 template <typename T>
 void Score16(const float* const* q, int queries, const T* const* k, int64_t keys, int hd, float* scores,
@@ -204,7 +192,7 @@ struct WeighTiles16 {
 };
 template <typename T>
 constexpr auto kWeighTiles16 =
-    Table<WeighTiles16<T>::template Of, kWideVectors>(std::make_integer_sequence<int, kWideQueries>());
+    TileTable<WeighTiles16<T>::template Of, kWideQueries, kWideVectors>();
 
 template <typename T>
 void Weigh16(const float* const* p, int queries, const T* const* v, int64_t keys, int dims, float* const* out) {

@@ -12,10 +12,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <array>
-#include <utility>
 
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/cpu/tile_table.h"
 
 #define LP_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -35,8 +34,8 @@ constexpr int64_t kStreamMaxRows = 8;
 constexpr int kPackRows = 8;
 constexpr int kPackCols = 3;
 // kBlockCols weight columns are packed (tile-interleaved, up to kPackK values of k: L2) once per column
-// block and every row tile reuses them. Packing makes each tile's weights one sequential stream: read in place, the
-// rows of a tile lie k * 2 bytes apart, which for k = 4096 puts them in one L1 set.
+// block and every row tile reuses them. Packing makes each tile's weights one sequential stream: read in
+// place, the rows of a tile lie k * 2 bytes apart, which for k = 4096 puts them in one L1 set.
 constexpr int64_t kBlockCols = 48;
 // k is taken kBlockK values at a time, so the x tile (8 rows x kBlockK bf16, 16 KiB) stays in L1 while
 // the weight tiles go past; partial sums are parked per lane between k blocks.
@@ -67,7 +66,7 @@ LP_AVX512_BF16 inline float HorizontalSum(__m512 v) {
 
 // HorizontalSum of 16 vectors at once, by the same tree: each stage adds the same lane pairs for all
 // vectors, after shuffles that put one vector's pairs next to another's. Result lane 4q + g holds the
-// sum of v[q + 4g]; kSumOrder maps it back. Floating-point addition is commutative, so only the
+// sum of v[q + 4g]; StoreSums' permutation maps it back. Floating-point addition is commutative, so only the
 // pairing matters, and it is HorizontalSum's.
 LP_AVX512_BF16 inline __m512 HorizontalSums16(const __m512 (&v)[16]) {
   __m512 h[8];  // per 128-bit quarter: [v2i lanes 0-3 + 8-11, 4-7 + 12-15, the same for v2i+1]
@@ -233,17 +232,6 @@ using StreamFn = void (*)(const Avx512Bf16Problem&, int64_t, int64_t);
 using PackedFn = void (*)(const Avx512Bf16Problem&, int64_t, int64_t, const PackedWeights&, int64_t, int64_t,
                           float*, int64_t);
 
-// Table of every tile shape up to Rows x Cols: kTiles[rows - 1][cols - 1].
-template <typename Fn, int Rows, int Cols, template <int, int> class Entry>
-constexpr auto TileTable() {
-  std::array<std::array<Fn, Cols>, Rows> table{};
-  [&]<int... Rs>(std::integer_sequence<int, Rs...>) {
-    ([&]<int... Cs>(std::integer_sequence<int, Cs...>, auto r) {
-      ((table[r][Cs] = Entry<decltype(r)::value + 1, Cs + 1>::kFn), ...);
-    }(std::make_integer_sequence<int, Cols>(), std::integral_constant<int, Rs>()), ...);
-  }(std::make_integer_sequence<int, Rows>());
-  return table;
-}
 template <int R, int C>
 struct StreamEntry {
   static constexpr StreamFn kFn = &StreamTile<R, C>;
@@ -252,8 +240,8 @@ template <int R, int C>
 struct PackedEntry {
   static constexpr PackedFn kFn = &PackedTile<R, C>;
 };
-constexpr auto kStreamTiles = TileTable<StreamFn, kStreamRows, kStreamCols, StreamEntry>();
-constexpr auto kPackedTiles = TileTable<PackedFn, kPackRows, kPackCols, PackedEntry>();
+constexpr auto kStreamTiles = TileTable<StreamEntry, kStreamRows, kStreamCols>();
+constexpr auto kPackedTiles = TileTable<PackedEntry, kPackRows, kPackCols>();
 
 // Columns [j, j + cols) over k values [q_begin, q_end) (multiples of 32, or q_end the padded k) of w
 // into `out` as tiles of kPackCols columns, tile t at out + t * (q_end - q_begin), in PackedWeights'
@@ -268,7 +256,8 @@ LP_AVX512_BF16 void PackColumns(const Avx512Bf16Problem& p, int64_t j, int64_t c
       for (int64_t q = q_begin; q < q_end; q += kAvx512KStep) {
         const int64_t len = present ? std::clamp<int64_t>(p.k - q, 0, kAvx512KStep) : 0;
         const __mmask32 mask = static_cast<__mmask32>((uint64_t{1} << len) - 1);
-        _mm512_store_si512(tile + (q - q_begin) * kPackCols + c * kAvx512KStep, _mm512_maskz_loadu_epi16(mask, src + q));
+        _mm512_store_si512(tile + (q - q_begin) * kPackCols + c * kAvx512KStep,
+                           _mm512_maskz_loadu_epi16(mask, src + q));
       }
     }
   }
@@ -337,11 +326,12 @@ void PackedColumns(const Avx512Bf16Problem& p, int64_t i_begin, int64_t i_end, i
       const int64_t next_j = c1 < kp ? jc : jc + nc;
       const int64_t next_cols = c1 < kp ? nc : std::clamp<int64_t>(j_end - next_j, 0, kBlockCols);
       const int64_t next_q = c1 < kp ? c1 : 0;
-      SpreadPrefetch next(p.w + next_j * p.k + next_q, next_cols, p.k * 2, (std::min(next_q + kc, p.k) - next_q) * 2,
-                          tiles_per_chunk);
+      SpreadPrefetch next(p.w + next_j * p.k + next_q, next_cols, p.k * 2,
+                          (std::min(next_q + kc, p.k) - next_q) * 2, tiles_per_chunk);
       for (int64_t i0 = i_begin; i0 < i_end; i0 += kBlockRows) {
         const int64_t i1 = std::min(i_end, i0 + kBlockRows);
-        float* block_park = park == nullptr ? nullptr : park + (k_chunks > 1 ? i0 - i_begin : 0) * kBlockCols * kLanes;
+        float* block_park =
+            park == nullptr ? nullptr : park + (k_chunks > 1 ? i0 - i_begin : 0) * kBlockCols * kLanes;
         for (int64_t q0 = c0; q0 < c1; q0 += kBlockK) {
           const int64_t q1 = std::min(q0 + kBlockK, c1);
           for (int64_t i = i0; i < i1; i += kPackRows) {
@@ -368,7 +358,8 @@ void Avx512Bf16Columns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_en
     // Rows are taken kSuperBytes of x at a time (544 rows at k = 3840, 136 at 15360), so they stay in L3
     // while every column block passes over them, at the cost of packing each column block once per
     // pass (~4 % at 512 rows).
-    const int64_t super_rows = std::max<int64_t>(kPackRows, kSuperBytes / (RoundUp(p.k, kAvx512KStep) * 2) / kPackRows * kPackRows);
+    const int64_t row_bytes = RoundUp(p.k, kAvx512KStep) * 2;
+    const int64_t super_rows = std::max<int64_t>(kPackRows, kSuperBytes / row_bytes / kPackRows * kPackRows);
     for (int64_t i = 0; i < p.m; i += super_rows) PackedColumns(p, i, std::min(p.m, i + super_rows), j_begin, j_end);
   }
 }
