@@ -11,15 +11,14 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
-#include <utility>
 
 #include "engine/cpu/attention_tiles.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/thread_scratch.h"
+#include "engine/cpu/tile_table.h"
 #include "engine/model/bf16.h"
 
 // glibc's libmvec: expf on 8 lanes (AVX2), each lane computed alone, within 3 ulp of exp.
@@ -67,26 +66,24 @@ using ScoreFn = void (*)(const float* const*, const T* const*, int, float*, int6
 template <typename T>
 using WeighFn = void (*)(const float* const*, const T* const*, int64_t, int, float* const*);
 
-template <typename T, int Q, int... Ks>
-constexpr std::array<ScoreFn<T>, kKeys> ScoreRow(std::integer_sequence<int, Ks...>) {
-  return {&ScoreTile<Q, Ks + 1, T>...};
-}
-template <typename T, int... Qs>
-constexpr std::array<std::array<ScoreFn<T>, kKeys>, kQueries> ScoreTable(std::integer_sequence<int, Qs...>) {
-  return {ScoreRow<T, Qs + 1>(std::make_integer_sequence<int, kKeys>())...};
-}
-template <typename T, int Q, int... Vs>
-constexpr std::array<WeighFn<T>, kDimVectors> WeighRow(std::integer_sequence<int, Vs...>) {
-  return {&WeighTile<Q, Vs + 1, T>...};
-}
-template <typename T, int... Qs>
-constexpr std::array<std::array<WeighFn<T>, kDimVectors>, kQueries> WeighTable(std::integer_sequence<int, Qs...>) {
-  return {WeighRow<T, Qs + 1>(std::make_integer_sequence<int, kDimVectors>())...};
-}
 template <typename T>
-constexpr auto kScoreTiles = ScoreTable<T>(std::make_integer_sequence<int, kQueries>());
+struct ScoreTiles {
+  template <int Q, int K>
+  struct Of {
+    static constexpr ScoreFn<T> kFn = &ScoreTile<Q, K, T>;
+  };
+};
 template <typename T>
-constexpr auto kWeighTiles = WeighTable<T>(std::make_integer_sequence<int, kQueries>());
+struct WeighTiles {
+  template <int Q, int V>
+  struct Of {
+    static constexpr WeighFn<T> kFn = &WeighTile<Q, V, T>;
+  };
+};
+template <typename T>
+constexpr auto kScoreTiles = TileTable<ScoreTiles<T>::template Of, kQueries, kKeys>();
+template <typename T>
+constexpr auto kWeighTiles = TileTable<WeighTiles<T>::template Of, kQueries, kDimVectors>();
 
 // One group: query vectors v = (row, head) in row-major order, with their valid key ranges.
 struct Group {

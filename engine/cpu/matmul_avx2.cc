@@ -8,12 +8,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <array>
 #include <cstring>
-#include <utility>
 
 #include "engine/cpu/avx2_sum.h"
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/cpu/tile_table.h"
 #include "engine/model/bf16.h"
 
 namespace layerpipe::matmul_internal {
@@ -161,26 +160,16 @@ using StreamFn = void (*)(const Avx2Problem&, int64_t, int64_t);
 using BlockFn = void (*)(const Avx2Problem&, int64_t, int64_t, int64_t, int64_t, const float*, float*,
                          int64_t, bool, bool);
 
-template <int R, int... Cs>
-constexpr std::array<StreamFn, kCols> StreamRow(std::integer_sequence<int, Cs...>) {
-  return {&StreamTile<R, Cs + 1>...};
-}
-template <int R, int... Cs>
-constexpr std::array<BlockFn, kCols> BlockRow(std::integer_sequence<int, Cs...>) {
-  return {&BlockTile<R, Cs + 1>...};
-}
-template <int... Rs>
-constexpr std::array<std::array<StreamFn, kCols>, kRows> StreamTable(std::integer_sequence<int, Rs...>) {
-  return {StreamRow<Rs + 1>(std::make_integer_sequence<int, kCols>())...};
-}
-template <int... Rs>
-constexpr std::array<std::array<BlockFn, kCols>, kRows> BlockTable(std::integer_sequence<int, Rs...>) {
-  return {BlockRow<Rs + 1>(std::make_integer_sequence<int, kCols>())...};
-}
-
-// [rows - 1][cols - 1]
-constexpr auto kStreamTiles = StreamTable(std::make_integer_sequence<int, kRows>());
-constexpr auto kBlockTiles = BlockTable(std::make_integer_sequence<int, kRows>());
+template <int R, int C>
+struct StreamEntry {
+  static constexpr StreamFn kFn = &StreamTile<R, C>;
+};
+template <int R, int C>
+struct BlockEntry {
+  static constexpr BlockFn kFn = &BlockTile<R, C>;
+};
+constexpr auto kStreamTiles = TileTable<StreamEntry, kRows, kCols>();
+constexpr auto kBlockTiles = TileTable<BlockEntry, kRows, kCols>();
 
 void StreamColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
   for (int64_t j = j_begin; j < j_end; j += kCols) {

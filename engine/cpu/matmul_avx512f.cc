@@ -11,12 +11,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <array>
-#include <utility>
 
 #include "engine/cpu/avx512_pairs.h"
 #include "engine/cpu/matmul_kernels.h"
 #include "engine/cpu/matmul_prefetch.h"
+#include "engine/cpu/tile_table.h"
 #include "engine/model/bf16.h"
 
 namespace layerpipe::matmul_internal {
@@ -166,25 +165,17 @@ using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, in
                         int64_t);
 using StreamFn = void (*)(const Avx2Problem&, int64_t, int64_t, int64_t);
 
-template <int R, int... Ps>
-constexpr std::array<TileFn, kPairs> TileRow(std::integer_sequence<int, Ps...>) {
-  return {&Tile<R, Ps + 1>...};
-}
-template <int... Rs>
-constexpr std::array<std::array<TileFn, kPairs>, kRows> TileTable(std::integer_sequence<int, Rs...>) {
-  return {TileRow<Rs + 1>(std::make_integer_sequence<int, kPairs>())...};
-}
-template <int R, int... Ps>
-constexpr std::array<StreamFn, kStreamPairs> StreamRow(std::integer_sequence<int, Ps...>) {
-  return {&StreamTile<R, Ps + 1>...};
-}
-template <int... Rs>
-constexpr std::array<std::array<StreamFn, kStreamPairs>, kStreamRows> StreamTable(std::integer_sequence<int, Rs...>) {
-  return {StreamRow<Rs + 1>(std::make_integer_sequence<int, kStreamPairs>())...};
-}
+template <int R, int P>
+struct TileEntry {
+  static constexpr TileFn kFn = &Tile<R, P>;
+};
+template <int R, int P>
+struct StreamEntry {
+  static constexpr StreamFn kFn = &StreamTile<R, P>;
+};
 // [rows - 1][pairs - 1]
-constexpr auto kTiles = TileTable(std::make_integer_sequence<int, kRows>());
-constexpr auto kStreamTiles = StreamTable(std::make_integer_sequence<int, kStreamRows>());
+constexpr auto kTiles = TileTable<TileEntry, kRows, kPairs>();
+constexpr auto kStreamTiles = TileTable<StreamEntry, kStreamRows, kStreamPairs>();
 
 // PackColumns' layout with a stride of kCols, written a pair of columns (one 64-byte line) at a time in
 // the order the tiles read it; the scattered 32-byte stores of the generic packer cost several times more.
