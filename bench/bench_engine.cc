@@ -37,7 +37,9 @@ ABSL_FLAG(int, decode_tokens, 16, "decode steps measured");
 ABSL_FLAG(int, batch, 1, "sequences decoded together");
 ABSL_FLAG(std::string, precision, "bf16", "bf16 or fp32");
 ABSL_FLAG(int, threads, 0, "threads (0: all cores)");
-ABSL_FLAG(bool, huge_pages, true, "weights copied into huge pages at load (false: read in place from the mapping)");
+ABSL_FLAG(bool, huge_pages, true,
+          "weights copied into huge pages at load, tiled where the bf16 kernel reads them so (false: read in place "
+          "from the mapping)");
 
 namespace layerpipe {
 namespace {

@@ -2,7 +2,8 @@
 //
 // Prints the machine's streaming read bandwidth (the ceiling for decode), the thread pool's per-call
 // overhead, GB/s of weight bytes for decode shapes (m = 1..8, memory-bound) and GFLOP/s for prefill
-// shapes (m = 64..512, compute-bound), in both precision modes.
+// shapes (m = 64..4096, compute-bound), in both precision modes; where the kernel is avx512bf16, also
+// bf16-x mode on weights stored tiled (engine/model/tiled_rows.h), as a CPU stage loads them.
 //
 // Usage: bench_matmul [--quick] [--isa=avx2|avx512f|avx512bf16] [--decode-only] [--prefill-only] [--small-pages]
 // Weights and the bandwidth probe's buffer are in huge pages, as the engine loads weights, unless --small-pages.
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -23,6 +25,7 @@
 #include "bench/bench_peaks.h"
 #include "engine/model/bf16.h"
 #include "engine/model/huge_pages.h"
+#include "engine/model/tiled_rows.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/thread_pool.h"
 
@@ -102,6 +105,59 @@ struct Shape {
   int64_t n, k;
 };
 
+struct Options {
+  bool quick = false;
+  bool decode = true;
+  bool prefill = true;
+  bool huge_pages = true;
+  MatmulIsa isa = ActiveMatmulIsa();
+  double bandwidth = 0;  // GB/s, measured
+  Peaks peaks;
+};
+
+// Whether the table has the tiled column.
+bool ShowsTiled(const Options& opt) { return opt.isa == MatmulIsa::kAvx512Bf16; }
+
+// The modes a table compares: bf16-x on row-major weights, fp32-x, and bf16-x on the same weights
+// stored tiled (engine/model/tiled_rows.h).
+constexpr int kModes = 3;
+int Modes(const Options& opt) { return ShowsTiled(opt) ? 3 : 2; }
+
+void Multiply(const Options& opt, int mode, const float* x, int64_t m, const Shape& s, const uint16_t* w,
+              const uint16_t* w_tiled, float* y, ThreadPool& pool) {
+  if (mode == 2) {
+    MatmulBf16Tiled(x, m, s.k, w_tiled, s.n, y, pool);
+  } else {
+    MatmulBf16WithIsa(opt.isa, x, m, s.k, w, s.n, y, pool, /*x_as_bf16=*/mode == 0);
+  }
+}
+
+// Best time of each mode over `rounds`, the modes taking turns within a round, so that a neighbour's
+// load on a shared machine weighs on them alike.
+template <typename Fn>
+void BestTimes(const Options& opt, int rounds, Fn&& run_mode, double (&best)[kModes]) {
+  for (double& t : best) t = 1e30;
+  for (int r = 0; r < rounds; ++r) {
+    for (int mode = 0; mode < Modes(opt); ++mode) {
+      best[mode] = std::min(best[mode], BestTime(1, [&] { run_mode(mode); }));
+    }
+  }
+}
+
+void PrintCells(const Options& opt, const double (&v)[kModes], const double (&peak)[kModes]) {
+  for (int mode = 0; mode < Modes(opt); ++mode) std::printf(" %8.1f (%3.0f%%)", v[mode], 100 * v[mode] / peak[mode]);
+  std::printf("\n");
+}
+
+PagedArray<uint16_t> TiledCopy(PagedArray<uint16_t>& w, const Shape& s, const Options& opt) {
+  PagedArray<uint16_t> t(ShowsTiled(opt) ? static_cast<size_t>(s.n * s.k) : 0, opt.huge_pages);
+  if (ShowsTiled(opt)) {
+    std::copy(w.data(), w.data() + s.n * s.k, t.data());
+    TileRowsInPlace(t.data(), s.n, s.k);
+  }
+  return t;
+}
+
 // Real 12B projections: y = x · Wᵀ with W [n, k].
 constexpr Shape kShapes[] = {
     {"q_proj", 4096, 3840},     {"k_proj", 2048, 3840},      {"o_proj", 3840, 4096},
@@ -122,45 +178,39 @@ std::vector<float> RandomF32(size_t count, std::mt19937& rng) {
   return v;
 }
 
-struct Options {
-  bool quick = false;
-  bool decode = true;
-  bool prefill = true;
-  bool huge_pages = true;
-  MatmulIsa isa = ActiveMatmulIsa();
-  double bandwidth = 0;  // GB/s, measured
-  Peaks peaks;
-};
 
 void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
   std::printf("\n== decode (memory-bound): GB/s of bf16 weight bytes read ==\n");
-  std::printf("%-13s %6s %6s %3s %12s %12s   (%% of the %.1f GB/s read bandwidth)\n", "shape", "n", "k", "m",
-              "bf16-x GB/s", "fp32-x GB/s", opt.bandwidth);
+  std::printf("%-13s %6s %6s %3s %15s %15s %15s  (%% of the %.1f GB/s read bandwidth)\n", "shape", "n", "k", "m",
+              "bf16-x GB/s", "fp32-x GB/s", ShowsTiled(opt) ? "tiled GB/s" : "", opt.bandwidth);
   const int64_t ms[] = {1, 2, 4, 8};
   for (const Shape& s : kShapes) {
     // Enough copies of W that cycling through them defeats the 32 MiB L3, as real layers do.
     const size_t w_elems = static_cast<size_t>(s.n * s.k);
     const int copies = static_cast<int>(std::max<size_t>(2, (size_t{256} << 20) / (w_elems * 2)));
-    std::vector<PagedArray<uint16_t>> ws;
-    for (int c = 0; c < copies; ++c) ws.push_back(RandomBf16(w_elems, opt.huge_pages, rng));
+    std::vector<PagedArray<uint16_t>> ws, tiled;
+    for (int c = 0; c < copies; ++c) {
+      ws.push_back(RandomBf16(w_elems, opt.huge_pages, rng));
+      tiled.push_back(TiledCopy(ws.back(), s, opt));
+    }
     for (int64_t m : ms) {
       if (opt.quick && m != 1 && m != 8) continue;
       const std::vector<float> x = RandomF32(m * s.k, rng);
       std::vector<float> y(m * s.n);
-      double gbs[2];
-      for (int mode = 0; mode < 2; ++mode) {
-        const bool x_as_bf16 = mode == 0;
-        int next = 0;
-        const int reps = opt.quick ? 2 * copies : 4 * copies;
-        const double t = BestTime(reps, [&] {
-          MatmulBf16WithIsa(opt.isa, x.data(), m, s.k, ws[next].data(), s.n, y.data(), pool, x_as_bf16);
-          next = (next + 1) % copies;
-        });
-        gbs[mode] = w_elems * 2 / t / 1e9;
+      int next = 0;
+      double t[kModes];
+      BestTimes(opt, opt.quick ? 2 * copies : 4 * copies, [&](int mode) {
+        Multiply(opt, mode, x.data(), m, s, ws[next].data(), tiled[next].data(), y.data(), pool);
+        next = (next + 1) % copies;
+      }, t);
+      double gbs[kModes], roof[kModes];
+      for (int mode = 0; mode < kModes; ++mode) {
+        gbs[mode] = w_elems * 2 / t[mode] / 1e9;
+        roof[mode] = opt.bandwidth;
       }
-      std::printf("%-13s %6lld %6lld %3lld %6.1f (%3.0f%%) %6.1f (%3.0f%%)\n", s.name, static_cast<long long>(s.n),
-                  static_cast<long long>(s.k), static_cast<long long>(m), gbs[0], 100 * gbs[0] / opt.bandwidth,
-                  gbs[1], 100 * gbs[1] / opt.bandwidth);
+      std::printf("%-13s %6lld %6lld %3lld", s.name, static_cast<long long>(s.n), static_cast<long long>(s.k),
+                  static_cast<long long>(m));
+      PrintCells(opt, gbs, roof);
     }
   }
 }
@@ -172,26 +222,27 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
   const double fma_peak = opt.isa != MatmulIsa::kAvx2 && opt.peaks.fma512 > 0 ? opt.peaks.fma512 : opt.peaks.fma;
   const double bf16_peak =
       opt.isa == MatmulIsa::kAvx512Bf16 && opt.peaks.bf16_dot > 0 ? opt.peaks.bf16_dot : fma_peak;
-  std::printf("%-13s %6s %6s %4s %15s %15s   (%% of peak: bf16-x %.0f, fp32-x %.0f GFLOP/s)\n", "shape", "n", "k",
-              "m", "bf16-x GFLOP/s", "fp32-x GFLOP/s", bf16_peak, fma_peak);
+  std::printf("%-13s %6s %6s %4s %15s %15s %15s  (%% of peak: bf16-x %.0f, fp32-x %.0f GFLOP/s)\n", "shape", "n",
+              "k", "m", "bf16-x GFLOP/s", "fp32-x GFLOP/s", ShowsTiled(opt) ? "tiled GFLOP/s" : "", bf16_peak,
+              fma_peak);
   const int64_t ms[] = {64, 256, 512, 4096};
   for (const Shape& s : kShapes) {
     PagedArray<uint16_t> w = RandomBf16(static_cast<size_t>(s.n * s.k), opt.huge_pages, rng);
+    PagedArray<uint16_t> tiled = TiledCopy(w, s, opt);
     for (int64_t m : ms) {
       if (opt.quick && m != 256 && m != 4096) continue;
       const std::vector<float> x = RandomF32(m * s.k, rng);
       std::vector<float> y(m * s.n);
-      double gflops[2];
-      for (int mode = 0; mode < 2; ++mode) {
-        const bool x_as_bf16 = mode == 0;
-        const double t = BestTime(opt.quick ? 2 : 3, [&] {
-          MatmulBf16WithIsa(opt.isa, x.data(), m, s.k, w.data(), s.n, y.data(), pool, x_as_bf16);
-        });
-        gflops[mode] = 2.0 * m * s.n * s.k / t / 1e9;
-      }
-      std::printf("%-13s %6lld %6lld %4lld %8.1f (%3.0f%%) %8.1f (%3.0f%%)\n", s.name, static_cast<long long>(s.n),
-                  static_cast<long long>(s.k), static_cast<long long>(m), gflops[0], 100 * gflops[0] / bf16_peak,
-                  gflops[1], 100 * gflops[1] / fma_peak);
+      double t[kModes];
+      BestTimes(opt, opt.quick ? 2 : 3, [&](int mode) {
+        Multiply(opt, mode, x.data(), m, s, w.data(), tiled.data(), y.data(), pool);
+      }, t);
+      double gflops[kModes];
+      for (int mode = 0; mode < kModes; ++mode) gflops[mode] = 2.0 * m * s.n * s.k / t[mode] / 1e9;
+      const double peak[kModes] = {bf16_peak, fma_peak, bf16_peak};
+      std::printf("%-13s %6lld %6lld %4lld", s.name, static_cast<long long>(s.n), static_cast<long long>(s.k),
+                  static_cast<long long>(m));
+      PrintCells(opt, gflops, peak);
     }
   }
 }

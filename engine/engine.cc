@@ -16,8 +16,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& model_di
   e->config_ = *config;
   e->options_ = options;
   WeightSelection sel{0, config->num_layers, /*embedding=*/true, /*head=*/true};
-  auto weights = ModelWeights::Load(model_dir, e->config_, sel,
-                                    {.huge_pages = options.huge_pages && !options.make_backend});
+  const bool cpu = !options.make_backend;
+  auto weights = ModelWeights::Load(
+      model_dir, e->config_, sel,
+      {.huge_pages = options.huge_pages && cpu,
+       .tile_layer_matrices = cpu && CpuBackend::ReadsTiledWeights(options.precision)});
   if (!weights.ok()) return weights.status();
   e->weights_ = std::move(*weights);
   e->pool_ = std::make_unique<ThreadPool>(options.threads);

@@ -28,8 +28,9 @@ ABSL_FLAG(std::string, kv_budget, "", "KV cache budget, e.g. 8G or 512M (default
 ABSL_FLAG(std::string, prefix_cache_budget, "50%",
           "what the prefix cache may keep of the KV budget: a share (50%) or bytes (2G); 0 turns it off");
 ABSL_FLAG(bool, huge_pages, true,
-          "CPU stages: copy the weights into huge pages at load (faster steps); false reads them in place from "
-          "the mapped checkpoint (no copy, shared page cache)");
+          "CPU stages: copy the weights into huge pages at load (faster steps; on AVX-512 BF16 CPUs in bf16 mode "
+          "also stored in the matmul kernel's tiled order); false reads them in place from the mapped checkpoint "
+          "(no copy, shared page cache)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free port)");
 // Mutual TLS (docs/security.md): all three or none.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/host_name.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/model/config.h"
 #include "transport/hidden_codec.h"
 #include "worker/byte_size.h"
@@ -51,12 +52,19 @@ void WorkerService::Stop() {
 // ------------------------------------------------------------------------------------------ control
 
 absl::StatusOr<std::shared_ptr<const ModelWeights>> WorkerService::WeightsFor(const internal::v1::AssignRequest& request,
-                                                                              const ModelConfig& config) {
+                                                                              const ModelConfig& config,
+                                                                              Precision precision) {
+  // Huge pages mean a CPU stage (worker/main.cc), whose weights the bf16 kernel may want tiled; weights
+  // tiled for one precision are not reused for the other.
+  const bool tiled = options_.huge_pages && CpuBackend::ReadsTiledWeights(precision);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (assignment_ && SameWeights(assignment_->request, request)) return assignment_->weights;
+    if (assignment_ && SameWeights(assignment_->request, request) && assignment_->weights->layers_tiled() == tiled) {
+      return assignment_->weights;
+    }
   }
-  auto loaded = ModelWeights::Load(request.model_dir(), config, SelectionOf(request), {.huge_pages = options_.huge_pages});
+  auto loaded = ModelWeights::Load(request.model_dir(), config, SelectionOf(request),
+                                   {.huge_pages = options_.huge_pages, .tile_layer_matrices = tiled});
   if (!loaded.ok()) return loaded.status();
   return std::shared_ptr<const ModelWeights>(std::move(*loaded));
 }
@@ -76,7 +84,7 @@ absl::Status WorkerService::DoAssign(const internal::v1::AssignRequest& in, inte
   auto config = LoadModelConfig(request.model_dir());
   if (!config.ok()) return config.status();
   if (auto st = CheckAssign(request, *config); !st.ok()) return st;
-  auto weights = WeightsFor(request, *config);
+  auto weights = WeightsFor(request, *config, precision);
   if (!weights.ok()) return weights.status();
 
   request.set_precision(PrecisionName(precision));

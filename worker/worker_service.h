@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/backend/layer_backend.h"
+#include "engine/model/precision.h"
 #include "engine/model/weights.h"
 #include "proto/internal.grpc.pb.h"
 #include "transport/failed_links.h"
@@ -78,7 +79,7 @@ class WorkerService final : public internal::v1::Worker::Service {
 
  private:
   absl::StatusOr<std::shared_ptr<const ModelWeights>> WeightsFor(const internal::v1::AssignRequest& request,
-                                                                 const ModelConfig& config);
+                                                                 const ModelConfig& config, Precision precision);
   absl::Status DoAssign(const internal::v1::AssignRequest& request, internal::v1::AssignResponse* response);
   absl::Status AcceptStep(const internal::v1::StepFrame& frame);
   absl::StatusOr<internal::v1::PeerLinkReply> DoOpenPeerLink(const internal::v1::PeerLinkRequest& request);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/model/bf16.h"
+#include "engine/model/tiled_rows.h"
 #include "engine/cpu/matmul_kernels.h"
 
 namespace layerpipe {
@@ -16,8 +17,10 @@ namespace {
 
 using matmul_internal::RoundUp;
 
-// Threads receive whole units of this many columns (a multiple of both kernels' tile widths).
+// Threads receive whole units of this many columns (a multiple of both kernels' tile widths and of the
+// tiled weights' row groups).
 constexpr int64_t kColumnUnit = 24;
+static_assert(kColumnUnit % kTileRows == 0);
 // Below this many multiply-adds a call runs on the calling thread: waking workers would cost more.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
 
@@ -33,12 +36,28 @@ void ForColumns(int64_t m, int64_t k, int64_t n, ThreadPool& pool,
   });
 }
 
+// Below this many activation values the conversion runs on the calling thread.
+constexpr int64_t kMinParallelValues = int64_t{1} << 16;
+
+// fn(i) for every row i < m; rows of a long prefill are split among the threads (the conversion of
+// 512 x 3840 values on one thread left the other idle for ~2 % of a GEMM).
+void ForRows(int64_t m, int64_t k, ThreadPool& pool, const std::function<void(int64_t)>& fn) {
+  auto rows = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) fn(i);
+  };
+  if (m * k < kMinParallelValues) {
+    rows(0, m);
+  } else {
+    pool.ParallelFor(m, rows);
+  }
+}
+
 // Activations in the AVX2 kernel's layout: fp32 rows (rounded to bf16 values if asked), padded with
 // zeros to a multiple of 8. Always a copy: it is small next to the weights, and aligned.
-const float* PrepareF32(const float* x, int64_t m, int64_t k, bool round_to_bf16, int64_t* ldx) {
+const float* PrepareF32(const float* x, int64_t m, int64_t k, bool round_to_bf16, ThreadPool& pool, int64_t* ldx) {
   const int64_t kp = RoundUp(k, matmul_internal::kAvx2KStep);
   float* out = matmul_internal::ThreadScratch<float, matmul_internal::Slot::kActivations>(m * kp);
-  for (int64_t i = 0; i < m; ++i) {
+  ForRows(m, k, pool, [&](int64_t i) {
     float* row = out + i * kp;
     if (round_to_bf16) {
       RoundRowToBf16(x + i * k, row, k);
@@ -46,20 +65,20 @@ const float* PrepareF32(const float* x, int64_t m, int64_t k, bool round_to_bf16
       std::memcpy(row, x + i * k, k * sizeof(float));
     }
     std::fill(row + k, row + kp, 0.0f);
-  }
+  });
   *ldx = kp;
   return out;
 }
 
 // Activations for the AVX-512 BF16 kernel: bf16 rows padded with zeros to a multiple of 32.
-const uint16_t* PrepareBf16(const float* x, int64_t m, int64_t k, int64_t* ldx) {
+const uint16_t* PrepareBf16(const float* x, int64_t m, int64_t k, ThreadPool& pool, int64_t* ldx) {
   const int64_t kp = RoundUp(k, matmul_internal::kAvx512KStep);
   uint16_t* out = matmul_internal::ThreadScratch<uint16_t, matmul_internal::Slot::kActivations>(m * kp);
-  for (int64_t i = 0; i < m; ++i) {
+  ForRows(m, k, pool, [&](int64_t i) {
     uint16_t* row = out + i * kp;
     F32ToBf16Row(x + i * k, row, k);
     std::fill(row + k, row + kp, uint16_t{0});
-  }
+  });
   *ldx = kp;
   return out;
 }
@@ -67,7 +86,7 @@ const uint16_t* PrepareBf16(const float* x, int64_t m, int64_t k, int64_t* ldx) 
 void RunAvx2(const float* x, int64_t m, int64_t k, const void* w, bool w_is_bf16, int64_t n, float* y,
              ThreadPool& pool, bool x_as_bf16, bool wide) {
   matmul_internal::Avx2Problem p{};
-  p.x = PrepareF32(x, m, k, x_as_bf16, &p.ldx);
+  p.x = PrepareF32(x, m, k, x_as_bf16, pool, &p.ldx);
   p.m = m;
   p.k = k;
   p.w = w;
@@ -78,13 +97,14 @@ void RunAvx2(const float* x, int64_t m, int64_t k, const void* w, bool w_is_bf16
   ForColumns(m, k, n, pool, [&p](int64_t j0, int64_t j1) { matmul_internal::Avx2Columns(p, j0, j1); });
 }
 
-void RunAvx512Bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+void RunAvx512Bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, bool w_tiled, int64_t n, float* y,
                    ThreadPool& pool) {
   matmul_internal::Avx512Bf16Problem p{};
-  p.x = PrepareBf16(x, m, k, &p.ldx);
+  p.x = PrepareBf16(x, m, k, pool, &p.ldx);
   p.m = m;
   p.k = k;
   p.w = w;
+  p.w_tiled = w_tiled;
   p.n = n;
   p.y = y;
   ForColumns(m, k, n, pool,
@@ -141,7 +161,7 @@ void MatmulBf16WithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, cons
                        float* y, ThreadPool& pool, bool x_as_bf16) {
   if (TrivialShape(m, k, n, y)) return;
   if (isa == MatmulIsa::kAvx512Bf16 && x_as_bf16 && CpuSupportsAvx512Bf16()) {
-    RunAvx512Bf16(x, m, k, w, n, y, pool);
+    RunAvx512Bf16(x, m, k, w, /*w_tiled=*/false, n, y, pool);
   } else {
     RunAvx2(x, m, k, w, /*w_is_bf16=*/true, n, y, pool, x_as_bf16, /*wide=*/isa != MatmulIsa::kAvx2);
   }
@@ -150,6 +170,14 @@ void MatmulBf16WithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, cons
 void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
                 ThreadPool& pool, bool x_as_bf16) {
   MatmulBf16WithIsa(ActiveMatmulIsa(), x, m, k, w, n, y, pool, x_as_bf16);
+}
+
+bool MatmulReadsTiledWeights() { return ActiveMatmulIsa() == MatmulIsa::kAvx512Bf16 && CpuSupportsAvx512Bf16(); }
+
+void MatmulBf16Tiled(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                     ThreadPool& pool) {
+  if (TrivialShape(m, k, n, y)) return;
+  RunAvx512Bf16(x, m, k, w, /*w_tiled=*/true, n, y, pool);
 }
 
 void MatmulF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,

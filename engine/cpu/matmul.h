@@ -42,6 +42,16 @@ bool CpuSupportsAvx512F();
 bool CpuSupportsAvx512Bf16();
 std::string_view MatmulIsaName(MatmulIsa isa);
 
+// Whether MatmulBf16 in bf16-x mode runs the AVX-512 BF16 kernel here, the one kernel that also reads
+// weights stored tiled (engine/model/tiled_rows.h; a CPU stage stores them so when this holds).
+bool MatmulReadsTiledWeights();
+
+// MatmulBf16(x_as_bf16 = true) with w stored tiled (TileRowsInPlace; k a multiple of kTileDepth): the
+// same bits as MatmulBf16 on the row-major weights, without repacking them per call. Only where
+// MatmulReadsTiledWeights().
+void MatmulBf16Tiled(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                     ThreadPool& pool);
+
 // MatmulBf16 with an explicit ISA; `isa` must be supported by this CPU. For tests and benchmarks.
 void MatmulBf16WithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w,
                        int64_t n, float* y, ThreadPool& pool, bool x_as_bf16);

@@ -53,12 +53,14 @@ struct Avx512Bf16Problem {
   int64_t ldx;
   int64_t m;
   int64_t k;
-  const uint16_t* w;   // n rows of k bf16 values
+  const uint16_t* w;   // n rows of k bf16 values, row-major or tiled
+  bool w_tiled;        // engine/model/tiled_rows.h; then k is a multiple of 32
   int64_t n;
   float* y;
 };
 
-// Computes y[:, j_begin:j_end). Only call when the CPU supports AVX-512 BF16.
+// Computes y[:, j_begin:j_end) (j_begin a multiple of kTileRows when w is tiled). Only call when the CPU
+// supports AVX-512 BF16.
 void Avx512Bf16Columns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_end);
 
 }  // namespace layerpipe::matmul_internal

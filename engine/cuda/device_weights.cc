@@ -94,6 +94,10 @@ absl::StatusOr<std::unique_ptr<DeviceVision>> UploadVision(const VisionWeights& 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const ModelWeights& w, bool fp32) {
+  if (w.layers_tiled()) {
+    return absl::FailedPreconditionError(
+        "the weights were loaded tiled for the CPU kernel; a GPU stage needs them row-major");
+  }
   auto dw = std::make_unique<DeviceWeights>();
   dw->fp32_ = fp32;
   dw->layer_begin_ = w.selection().layer_begin;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "engine/model/bf16.h"
+#include "engine/model/tiled_rows.h"
 
 namespace layerpipe {
 namespace {
@@ -231,6 +232,23 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     if (st = ld.Vector(n("layer_scalar"), 1, &scalar); !st.ok()) return st;
     L.layer_scalar = scalar[0];
   }
+  // The huge-page copies are this process's own memory, so they can be rearranged in place.
+  std::string tiled;
+  if (options.huge_pages && options.tile_layer_matrices) {
+    const auto tile_start = std::chrono::steady_clock::now();
+    size_t tiled_bytes = 0;
+    for (LayerWeights& L : w->layers_) {
+      for (Bf16Matrix* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
+        if (m->empty() || !CanTileRows(m->cols)) continue;
+        TileRowsInPlace(const_cast<uint16_t*>(m->data), m->rows, m->cols);
+        m->tiled = true;
+        tiled_bytes += m->bytes();
+        w->layers_tiled_ = true;
+      }
+    }
+    tiled = absl::StrFormat("; %.2f GB of layer matrices tiled in %.2f s", tiled_bytes / 1e9,
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - tile_start).count());
+  }
   // What the selection holds, and how long reading, checking it (and converting what is not bf16) took.
   // bf16 tensors stay in the mapping, whose pages the checkpoint read at load.
   size_t bytes = 0;
@@ -255,8 +273,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   if (sel.head) what += " + head";
   std::string converted;
   if (!w->converted_.empty()) converted = absl::StrCat("; ", w->converted_.size(), " matrices converted to bf16");
-  LP_LOG(INFO) << absl::StrFormat("loaded %.2f GB of %s in %.2f s (%.2f GB/s%s)", bytes / 1e9, what, seconds,
-                                  seconds > 0 ? bytes / 1e9 / seconds : 0.0, converted);
+  LP_LOG(INFO) << absl::StrFormat("loaded %.2f GB of %s in %.2f s (%.2f GB/s%s%s)", bytes / 1e9, what, seconds,
+                                  seconds > 0 ? bytes / 1e9 / seconds : 0.0, converted, tiled);
   w->ckpt_ = std::move(*ckpt);
   return w;
 }

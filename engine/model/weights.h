@@ -13,11 +13,13 @@
 
 namespace layerpipe {
 
-// A bf16 [rows, cols] row-major matrix (Hugging Face [out, in]; y = x·Wᵀ).
+// A bf16 [rows, cols] matrix (Hugging Face [out, in]; y = x·Wᵀ), row-major unless `tiled`
+// (engine/model/tiled_rows.h).
 struct Bf16Matrix {
   const uint16_t* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  bool tiled = false;
   bool empty() const { return data == nullptr; }
   size_t bytes() const { return static_cast<size_t>(rows * cols) * 2; }
 };
@@ -52,8 +54,11 @@ struct WeightSelection {
 
 // huge_pages: copy the weights into memory backed by huge pages (engine/model/huge_pages.h) instead of
 // reading them in place from the mapped files; for stages that compute on the host.
+// tile_layer_matrices: with huge_pages, store the layers' projection matrices tiled where their width
+// allows (CanTileRows), for a CPU stage whose matmul reads that order (MatmulReadsTiledWeights).
 struct WeightLoadOptions {
   bool huge_pages = false;
+  bool tile_layer_matrices = false;
 };
 
 class ModelWeights {
@@ -72,6 +77,8 @@ class ModelWeights {
   // otherwise (a text-only checkpoint, or another stage).
   const VisionWeights* vision() const { return vision_.get(); }
   const Bf16Matrix* audio_projection() const { return audio_.empty() ? nullptr : &audio_; }
+  // Whether any layer projection is stored tiled (WeightLoadOptions::tile_layer_matrices took effect).
+  bool layers_tiled() const { return layers_tiled_; }
   // Bytes of bf16 matrices a decode step streams through (the roofline's numerator).
   size_t LayerMatrixBytes(int layer) const;
 
@@ -84,6 +91,7 @@ class ModelWeights {
   std::vector<float> final_norm_;
   std::unique_ptr<VisionWeights> vision_;
   Bf16Matrix audio_;  // embed_audio.embedding_projection [hidden, samples per token]
+  bool layers_tiled_ = false;
   // Matrices stored as F16/F32 on disk are converted to bf16 here; bf16 ones stay in the mapping.
   std::vector<std::vector<uint16_t>> converted_;
 };

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/model/bf16.h"
+#include "engine/model/tiled_rows.h"
 
 namespace layerpipe {
 namespace {
@@ -269,6 +270,32 @@ TEST(MatmulTest, ResultsIndependentOfThreadCount) {
             ASSERT_TRUE(SameBits(Compute(isa, p, *pools[t], x_as_bf16).data(), y1.data(), m * n))
                 << Label(isa, x_as_bf16) << " m=" << m << " n=" << n << " threads=" << pools[t]->size();
           }
+        }
+      }
+    }
+  }
+}
+
+// Weights stored tiled at load (engine/model/tiled_rows.h) are read in place by both paths of the
+// AVX-512 BF16 kernel; the results are those of the row-major weights, bit for bit: partial row groups
+// (n not a multiple of 3), one or two groups per streaming tile, k in one, two or three chunks, any
+// thread count.
+TEST(MatmulTest, TiledWeightsGiveTheRowMajorBits) {
+  if (!CpuSupportsAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  for (int t : {1, 3}) pools.push_back(std::make_unique<ThreadPool>(t));
+  for (int64_t k : {32, 96, 4160, 9024}) {
+    for (int64_t n : {1, 2, 4, 5, 7, 50, 101}) {
+      for (int64_t m : {1, 2, 3, 5, 8, 9, 17, 64, 130}) {
+        const Problem p = MakeProblem(m, k, n, static_cast<uint32_t>(k * 31 + n * 7 + m));
+        std::vector<uint16_t> tiled = p.w;
+        TileRowsInPlace(tiled.data(), n, k);
+        for (auto& pool : pools) {
+          const std::vector<float> expected = Compute(MatmulIsa::kAvx512Bf16, p, *pool, /*x_as_bf16=*/true);
+          std::vector<float> y(m * n, std::nanf(""));
+          MatmulBf16Tiled(p.x.data(), m, k, tiled.data(), n, y.data(), *pool);
+          ASSERT_TRUE(SameBits(y.data(), expected.data(), m * n))
+              << "m=" << m << " k=" << k << " n=" << n << " threads=" << pool->size();
         }
       }
     }

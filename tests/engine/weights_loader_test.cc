@@ -1,13 +1,16 @@
 // Loader error handling: every broken checkpoint gives an error naming the file and the tensor.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "engine/model/bf16.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/tiled_rows.h"
 #include "engine/model/weights.h"
 #include "tests/engine/test_util.h"
 
@@ -236,6 +239,87 @@ TEST(WeightsLoaderTest, HugePageCopiesHoldTheMappedBytes) {
     logits[huge] = std::move(r->front());
   }
   EXPECT_EQ(logits[0], logits[1]);
+}
+
+// TileRowsInPlace puts every element where TiledOffset says, for partial row groups too.
+TEST(WeightsLoaderTest, TiledOrderIsTheDocumentedOne) {
+  for (int64_t rows : {1, 2, 3, 4, 5, 7}) {
+    for (int64_t cols : {32, 64, 96}) {
+      std::vector<uint16_t> m(rows * cols);
+      for (size_t i = 0; i < m.size(); ++i) m[i] = static_cast<uint16_t>(i);
+      std::vector<uint16_t> t = m;
+      TileRowsInPlace(t.data(), rows, cols);
+      std::vector<bool> seen(m.size(), false);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const int64_t at = TiledOffset(r, c, rows, cols);
+          ASSERT_GE(at, 0);
+          ASSERT_LT(at, rows * cols);
+          EXPECT_EQ(t[at], m[r * cols + c]) << rows << "x" << cols << " (" << r << ", " << c << ")";
+          seen[at] = true;
+        }
+      }
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), true), rows * cols);
+      // A group's first step of k: its rows' first 32 values back to back.
+      if (rows >= 3) {
+        for (int64_t i = 0; i < 3 * kTileDepth; ++i) EXPECT_EQ(t[i], m[(i / kTileDepth) * cols + i % kTileDepth]);
+      }
+    }
+  }
+}
+
+// Asked to tile, the loader stores the layer projections of a huge-page copy tiled (the embedding
+// stays row-major), with the checkpoint's values; a mapped load leaves them row-major. The engine
+// tiles exactly where its CPU kernel reads tiled weights, and its logits are those of the row-major
+// weights, bit for bit, in both precisions.
+TEST(WeightsLoaderTest, TiledLayerMatricesHoldTheMappedValues) {
+  const std::string dir = testing_util::MakeCheckpoint("tiled", testing_util::SmallModel());
+  auto c = LoadModelConfig(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const WeightSelection all{0, c->num_layers, true, true};
+  auto mapped = ModelWeights::Load(dir, *c, all, {.huge_pages = false, .tile_layer_matrices = true});
+  auto tiled = ModelWeights::Load(dir, *c, all, {.huge_pages = true, .tile_layer_matrices = true});
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  ASSERT_TRUE(tiled.ok()) << tiled.status();
+  EXPECT_FALSE((*mapped)->layers_tiled());
+  EXPECT_TRUE((*tiled)->layers_tiled());
+  EXPECT_FALSE((*tiled)->embed_tokens().tiled);
+  for (int l = 0; l < c->num_layers; ++l) {
+    const LayerWeights &a = (*mapped)->layer(l), &b = (*tiled)->layer(l);
+    for (auto m : {&LayerWeights::q_proj, &LayerWeights::k_proj, &LayerWeights::v_proj, &LayerWeights::o_proj,
+                   &LayerWeights::gate_proj, &LayerWeights::up_proj, &LayerWeights::down_proj}) {
+      const Bf16Matrix &rm = a.*m, &t = b.*m;
+      if (rm.empty()) continue;
+      EXPECT_FALSE(rm.tiled);
+      ASSERT_EQ(t.tiled, CanTileRows(t.cols)) << "layer " << l;
+      ASSERT_EQ(rm.rows, t.rows);
+      ASSERT_EQ(rm.cols, t.cols);
+      for (int64_t r = 0; r < rm.rows; ++r) {
+        for (int64_t col = 0; col < rm.cols; ++col) {
+          ASSERT_EQ(t.data[TiledOffset(r, col, t.rows, t.cols)], rm.data[r * rm.cols + col])
+              << "layer " << l << " (" << r << ", " << col << ")";
+        }
+      }
+    }
+  }
+  for (Precision precision : {Precision::kBf16, Precision::kFp32}) {
+    std::vector<float> logits[2];
+    for (bool huge : {false, true}) {
+      EngineOptions o;
+      o.precision = precision;
+      o.huge_pages = huge;
+      auto e = Engine::Load(dir, o);
+      ASSERT_TRUE(e.ok()) << e.status();
+      EXPECT_EQ((*e)->weights().layers_tiled(), huge && CpuBackend::ReadsTiledWeights(precision));
+      auto kv = (*e)->NewSequence();
+      const std::vector<int32_t> ids = {2, 17, 33, 5, 9, 250, 11, 40, 3};
+      StepInput in{kv.get(), ids};
+      auto r = (*e)->Step({&in, 1});
+      ASSERT_TRUE(r.ok()) << r.status();
+      logits[huge] = std::move(r->front());
+    }
+    EXPECT_EQ(logits[0], logits[1]) << PrecisionName(precision);
+  }
 }
 
 }  // namespace
