@@ -26,6 +26,7 @@
 #include "engine/model/bf16.h"
 #include "engine/model/huge_pages.h"
 #include "engine/model/tiled_rows.h"
+#include "engine/cpu/aligned_vector.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/thread_pool.h"
 
@@ -196,7 +197,7 @@ void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
     for (int64_t m : ms) {
       if (opt.quick && m != 1 && m != 8) continue;
       const std::vector<float> x = RandomF32(m * s.k, rng);
-      std::vector<float> y(m * s.n);
+      AlignedVector<float> y(m * s.n);  // as the CPU backend keeps its activations
       int next = 0;
       double t[kModes];
       BestTimes(opt, opt.quick ? 2 * copies : 4 * copies, [&](int mode) {
@@ -232,7 +233,7 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
     for (int64_t m : ms) {
       if (opt.quick && m != 256 && m != 4096) continue;
       const std::vector<float> x = RandomF32(m * s.k, rng);
-      std::vector<float> y(m * s.n);
+      AlignedVector<float> y(m * s.n);  // as the CPU backend keeps its activations
       double t[kModes];
       BestTimes(opt, opt.quick ? 2 : 3, [&](int mode) {
         Multiply(opt, mode, x.data(), m, s, w.data(), tiled.data(), y.data(), pool);

@@ -1,25 +1,30 @@
-// Vectors whose storage starts on a cache line, for the CPU kernels' inputs and outputs: rows whose
-// width is a whole number of 64-byte vectors then never split a vector load across two lines.
+// Vectors in kernel memory (kernel_memory.h: starts on a cache line, huge pages from 2 MiB up), for the
+// CPU kernels' inputs and outputs.
 #ifndef LAYERPIPE_ENGINE_CPU_ALIGNED_VECTOR_H_
 #define LAYERPIPE_ENGINE_CPU_ALIGNED_VECTOR_H_
 
 #include <cstddef>
+#include <cstdlib>
 #include <new>
 #include <vector>
+
+#include "engine/cpu/kernel_memory.h"
 
 namespace layerpipe {
 
 template <typename T>
 struct CacheLineAllocator {
   using value_type = T;
-  static constexpr std::align_val_t kAlignment{64};
-
   CacheLineAllocator() = default;
   template <typename U>
   CacheLineAllocator(const CacheLineAllocator<U>&) {}  // NOLINT: rebinding, as allocators do
 
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlignment)); }
-  void deallocate(T* p, size_t) { ::operator delete(p, kAlignment); }
+  T* allocate(size_t n) {
+    void* p = AllocateKernelMemory(n * sizeof(T));
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
 
   template <typename U>
   bool operator==(const CacheLineAllocator<U>&) const {

@@ -8,11 +8,12 @@
 #include <memory>
 #include <new>
 
+#include "engine/cpu/kernel_memory.h"
+
 namespace layerpipe {
 
 // One buffer per thread, element type and kSlot (any enumerator: each names a use). Buffers only grow,
-// so steady-state calls never allocate. Aligned to 64 bytes: rows padded to whole vectors then never
-// split a vector load across cache lines.
+// so steady-state calls never allocate. In kernel memory (kernel_memory.h).
 template <typename T, auto kSlot>
 T* ThreadScratch(size_t count) {
   struct Buffer {
@@ -21,13 +22,12 @@ T* ThreadScratch(size_t count) {
   };
   thread_local Buffer buf;
   if (count > buf.capacity) {
-    const size_t bytes = (count * sizeof(T) + 63) / 64 * 64;
-    buf.data.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+    buf.data.reset(static_cast<T*>(AllocateKernelMemory(count * sizeof(T))));
     if (buf.data == nullptr) {
       buf.capacity = 0;
       throw std::bad_alloc();
     }
-    buf.capacity = bytes / sizeof(T);
+    buf.capacity = count;
   }
   return buf.data.get();
 }
