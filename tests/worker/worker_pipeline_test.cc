@@ -103,6 +103,18 @@ TEST_F(WorkerPipelineTest, TwoStagesAndReassignmentGiveTheSameTokens) {
   CheckGreedyAgainstEngine(pipe, *engine, 1e-5);
 }
 
+// Workers whose weights sit in huge pages store them tiled where the bf16 kernel reads that order;
+// an assignment that switches the precision over the same layers loads them again in the other order,
+// and each precision serves the tokens of one process.
+TEST_F(WorkerPipelineTest, HugePageWorkersSwitchPrecisionOverTheSameLayers) {
+  Pipeline pipe(3, absl::Seconds(2), [](int, WorkerOptions& o) { o.huge_pages = true; });
+  for (Precision precision : {Precision::kBf16, Precision::kFp32, Precision::kBf16}) {
+    pipe.Assign(dir(), kThreeStages, PrecisionName(precision));
+    auto engine = LoadEngine(dir(), precision);
+    CheckGreedyAgainstEngine(pipe, *engine, 1e-5);
+  }
+}
+
 TEST_F(WorkerPipelineTest, SeededSamplingMatchesTheEngineAndResumesWithRngSkip) {
   Pipeline pipe(3);
   pipe.Assign(dir(), kThreeStages, "fp32");
