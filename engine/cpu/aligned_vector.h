@@ -5,7 +5,6 @@
 
 #include <cstddef>
 #include <cstdlib>
-#include <new>
 #include <vector>
 
 #include "engine/cpu/kernel_memory.h"
@@ -19,11 +18,7 @@ struct CacheLineAllocator {
   template <typename U>
   CacheLineAllocator(const CacheLineAllocator<U>&) {}  // NOLINT: rebinding, as allocators do
 
-  T* allocate(size_t n) {
-    void* p = AllocateKernelMemory(n * sizeof(T));
-    if (p == nullptr) throw std::bad_alloc();
-    return static_cast<T*>(p);
-  }
+  T* allocate(size_t n) { return static_cast<T*>(AllocateKernelMemory(n * sizeof(T))); }
   void deallocate(T* p, size_t) { std::free(p); }
 
   template <typename U>

@@ -10,17 +10,21 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <new>
+
+#include "engine/model/huge_pages.h"
 
 namespace layerpipe {
 
-// At least `bytes` (rounded up to the alignment); null when out of memory. Release with std::free.
+// At least `bytes` (rounded up to the alignment); throws std::bad_alloc when out of memory. Release
+// with std::free.
 inline void* AllocateKernelMemory(size_t bytes) {
-  constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t align = bytes >= kHugePage ? kHugePage : 64;
+  const size_t align = bytes >= kHugePageBytes ? kHugePageBytes : 64;
   const size_t size = (bytes + align - 1) / align * align;
   void* p = std::aligned_alloc(align, size == 0 ? align : size);
+  if (p == nullptr) throw std::bad_alloc();
   // Refused where THP is off; the memory still works, in small pages.
-  if (p != nullptr && align == kHugePage) madvise(p, size, MADV_HUGEPAGE);
+  if (align == kHugePageBytes) madvise(p, size, MADV_HUGEPAGE);
   return p;
 }
 

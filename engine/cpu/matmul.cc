@@ -172,7 +172,7 @@ void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t
   MatmulBf16WithIsa(ActiveMatmulIsa(), x, m, k, w, n, y, pool, x_as_bf16);
 }
 
-bool MatmulReadsTiledWeights() { return ActiveMatmulIsa() == MatmulIsa::kAvx512Bf16 && CpuSupportsAvx512Bf16(); }
+bool MatmulReadsTiledWeights() { return ActiveMatmulIsa() == MatmulIsa::kAvx512Bf16; }
 
 void MatmulBf16Tiled(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
                      ThreadPool& pool) {

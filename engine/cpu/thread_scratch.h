@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
-#include <new>
 
 #include "engine/cpu/kernel_memory.h"
 
@@ -23,10 +22,6 @@ T* ThreadScratch(size_t count) {
   thread_local Buffer buf;
   if (count > buf.capacity) {
     buf.data.reset(static_cast<T*>(AllocateKernelMemory(count * sizeof(T))));
-    if (buf.data == nullptr) {
-      buf.capacity = 0;
-      throw std::bad_alloc();
-    }
     buf.capacity = count;
   }
   return buf.data.get();

@@ -14,25 +14,23 @@
 namespace layerpipe {
 namespace {
 
-constexpr size_t kHugePage = size_t{2} << 20;
-
 size_t RoundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HugePageBuffer>> HugePageBuffer::Allocate(size_t bytes) {
-  const size_t size = RoundUp(std::max<size_t>(bytes, 1), kHugePage);
+  const size_t size = RoundUp(std::max<size_t>(bytes, 1), kHugePageBytes);
   // Over-allocate by one huge page and trim, so the buffer starts on a 2 MiB boundary (a huge page can
   // only back an aligned 2 MiB range).
-  void* raw = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* raw = mmap(nullptr, size + kHugePageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate ", size, " bytes for the weights: ", std::strerror(errno)));
   }
   const uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = RoundUp(begin, kHugePage);
+  const uintptr_t aligned = RoundUp(begin, kHugePageBytes);
   if (aligned > begin) munmap(raw, aligned - begin);
-  const uintptr_t end = begin + size + kHugePage;
+  const uintptr_t end = begin + size + kHugePageBytes;
   if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - aligned - size);
   auto* data = reinterpret_cast<uint8_t*>(aligned);
   madvise(data, size, MADV_HUGEPAGE);  // refused where THP is off: the copy still works, in small pages

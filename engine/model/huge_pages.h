@@ -13,6 +13,9 @@
 
 namespace layerpipe {
 
+// The transparent huge page size of x86-64.
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
 class HugePageBuffer {
  public:
   // `bytes` of zeroed memory, 2 MiB aligned, advised to use huge pages (advice the kernel may ignore).
