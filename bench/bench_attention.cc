@@ -3,7 +3,8 @@
 // as a long prompt's prefill steps and a decode step over a long context meet it.
 //
 // GFLOP/s counts the scores and the weighted sums of the keys each query sees (4 · head_dim flops per
-// query head and key); the % is of the machine's fp32 multiply-add peak that the tiles run on.
+// query head and key); the % is of the peak of the products the layer runs on: fp32 multiply-adds, or
+// bf16 pairs on vdpbf16ps (AttentionRunner::Bf16Pairs).
 //
 // Usage: bench_attention [--quick] [--cold] [--precision=bf16|fp32] [--case=global|sliding,CONTEXT,ROWS]
 // Threads: $LAYERPIPE_THREADS (default: all hardware threads).
@@ -153,11 +154,12 @@ int Main(int argc, char** argv) {
   const bench::Peaks peaks = bench::MeasurePeaks(pool);
   const bool wide = AttentionAvx512Default();
   const double peak = wide ? peaks.fma512 : peaks.fma;
-  std::printf("threads: %d   cache: %s, %s   tiles: %s   fp32 FMA peak on them: %.1f GFLOP/s\n", pool.size(),
+  std::printf("threads: %d   cache: %s, %s   tiles: %s   fp32 FMA peak on them: %.1f GFLOP/s", pool.size(),
               precision == Precision::kBf16 ? "bf16" : "fp32", cold ? "read from DRAM (--cold)" : "warm",
               wide ? "512-bit" : "256-bit", peak);
-  std::printf("%-8s %4s %3s %4s %7s %5s %10s %9s\n", "layer", "q", "kv", "dim", "context", "rows", "ms/call",
-              "GFLOP/s");
+  if (peaks.bf16_dot > 0) std::printf("   vdpbf16ps peak: %.1f GFLOP/s", peaks.bf16_dot);
+  std::printf("\n%-8s %4s %3s %4s %7s %5s %8s %10s %9s\n", "layer", "q", "kv", "dim", "context", "rows", "products",
+              "ms/call", "GFLOP/s");
   std::vector<Case> cases = {
       {kGlobal, 0, 512},     {kGlobal, 4096, 512}, {kGlobal, 16384, 512}, {kSliding, 4096, 512},
       {kGlobal, 32768, 1},   {kSliding, 32768, 1}, {kGlobal, 32768, 8},
@@ -169,9 +171,10 @@ int Main(int argc, char** argv) {
     const int reps = c.n == 1 ? 20 : 3;
     const double t = Time(c, precision, reps, cold, pool, rng);
     const double gflops = Flops(c) / t / 1e9;
-    std::printf("%-8s %4d %3d %4d %7lld %5lld %10.3f %9.1f (%3.0f%%)\n", c.layer.name, c.layer.heads,
+    const bool pairs = AttentionRunner::Bf16Pairs(precision, c.layer.heads, c.layer.kv_heads);
+    std::printf("%-8s %4d %3d %4d %7lld %5lld %8s %10.3f %9.1f (%3.0f%%)\n", c.layer.name, c.layer.heads,
                 c.layer.kv_heads, c.layer.head_dim, static_cast<long long>(c.context), static_cast<long long>(c.n),
-                t * 1e3, gflops, 100 * gflops / peak);
+                pairs ? "bf16x2" : "fp32", t * 1e3, gflops, 100 * gflops / (pairs ? peaks.bf16_dot : peak));
   }
   return 0;
 }

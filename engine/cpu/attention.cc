@@ -4,7 +4,7 @@
 // multiply blocks of values the same way; the segments' partial results are then combined
 // (flash-decoding's arithmetic, whether or not the segments ran on different threads).
 // bf16 key and value rows are widened to fp32 once per block when several tiles of queries reuse
-// them. Every score, weight and output value is computed by the same arithmetic whatever the group,
+// them, or, where the matmuls run on vdpbf16ps, multiplied as bf16 pairs (attention_dot.h). Every score, weight and output value is computed by the same arithmetic whatever the group,
 // block or tile it falls in, so results depend only on a query and the keys it sees.
 #include "engine/cpu/attention.h"
 
@@ -15,6 +15,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "engine/cpu/attention_dot.h"
 #include "engine/cpu/attention_tiles.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/thread_scratch.h"
@@ -190,8 +191,11 @@ inline float VectorExp(float x) { return _mm256_cvtss_f32(_ZGVdN8v_expf(_mm256_s
 
 // Turns one vector's scores over [lo, hi] (indices into its row) into unnormalized weights
 // exp(s - max), zero elsewhere in [0, keys); gives the max and the weights' sum. The sum runs in double
-// over 8 lanes (4 + 4) counted from lo, then the tail, so it depends only on the scores.
-void SegmentSoftmax(float* s, int64_t keys, int64_t lo, int64_t hi, float* max, double* sum_out) {
+// over 8 lanes (4 + 4) counted from lo, then the tail, so it depends only on the scores. With
+// `bf16_weights`, each weight is rounded to bf16 before it is stored and summed, so the sum is that of
+// the weights the values are multiplied by.
+void SegmentSoftmax(float* s, int64_t keys, int64_t lo, int64_t hi, bool bf16_weights, float* max,
+                    double* sum_out) {
   std::fill(s, s + lo, 0.0f);
   std::fill(s + hi + 1, s + keys, 0.0f);
   float* x = s + lo;
@@ -209,7 +213,8 @@ void SegmentSoftmax(float* s, int64_t keys, int64_t lo, int64_t hi, float* max, 
   __m256d lo_sum = _mm256_setzero_pd(), hi_sum = _mm256_setzero_pd();
   i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 e = _ZGVdN8v_expf(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    __m256 e = _ZGVdN8v_expf(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    if (bf16_weights) e = _mm256_castsi256_ps(bf16_internal::RoundLanes(e));
     _mm256_storeu_ps(x + i, e);
     lo_sum = _mm256_add_pd(lo_sum, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
     hi_sum = _mm256_add_pd(hi_sum, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
@@ -222,8 +227,8 @@ void SegmentSoftmax(float* s, int64_t keys, int64_t lo, int64_t hi, float* max, 
     for (int l = 0; l < 8; ++l) t[l] = i + l < n ? x[i + l] : mx;
     _mm256_store_ps(t, _ZGVdN8v_expf(_mm256_sub_ps(_mm256_load_ps(t), vm)));
     for (int64_t l = 0; i + l < n; ++l) {
-      x[i + l] = t[l];
-      sum += t[l];
+      x[i + l] = bf16_weights ? RoundToBf16(t[l]) : t[l];
+      sum += x[i + l];
     }
   }
   *max = mx;
@@ -240,11 +245,17 @@ KeySpan SpanOf(const AttentionChunk& c, int64_t row_begin, int64_t row_end) {
   return {first, LastKey(c, c.pos0 + row_end - 1), first / kKeySegment};
 }
 
+// Whether a chunk's attention multiplies bf16 pairs (attention_dot.h) rather than fp32 values.
+bool Bf16Dot(const AttentionChunk& c, int hd, const AttentionScratch& s) {
+  return c.precision == Precision::kBf16 && s.bf16_dot && attention_dot::Bf16DotFits(hd);
+}
+
 // Segments [seg_begin, seg_end) of one group: per segment, scores of its keys, a softmax within the
 // segment per vector, and the weighted values, into the partials.
 template <typename T>
 void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd, int64_t row_begin,
                  int64_t row_end, int64_t seg_begin, int64_t seg_end, SegmentPartials& part, AttentionScratch& s) {
+  const bool dot = Bf16Dot(c, hd, s);
   const int64_t koff = int64_t(kv_head) * hd;
   const KeySpan span = SpanOf(c, row_begin, row_end);
   Group g;
@@ -263,28 +274,46 @@ void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd
   }
   s.scores.resize(static_cast<size_t>(g.vectors * g.ld));
   float* scores = s.scores.data();
+  if (dot) {
+    s.q16.resize(static_cast<size_t>(g.vectors) * hd);
+    attention_dot::RoundQueries(g.q, g.vectors, hd, s.q16.data(), hd);
+  }
 
   for (int64_t seg = seg_begin; seg < seg_end; ++seg) {
     const int64_t a = std::max(span.first, (span.first_segment + seg) * kKeySegment);
     const int64_t e = std::min(span.last + 1, (span.first_segment + seg + 1) * kKeySegment);
-    ForKeyBlocks(c, a, e, [&](int64_t b, int64_t n) {
-      WithRows<T>(c, 0, koff, b, n, hd, g.vectors, s,
-                  [&](auto keys) { ScoreBlock(g, keys, b, n, a, hd, scores, s.avx512); });
-    });
+    // The dot path's rows start at the even position a0 <= a: its value pairs are (2i, 2i + 1).
+    const int64_t shift = dot ? a % 2 : 0;
+    if (dot) {
+      attention_dot::ScoreKeys(c, koff, hd, s.q16.data(), hd, g.vectors, a, e, scores + shift, g.ld);
+    } else {
+      ForKeyBlocks(c, a, e, [&](int64_t b, int64_t n) {
+        WithRows<T>(c, 0, koff, b, n, hd, g.vectors, s,
+                    [&](auto keys) { ScoreBlock(g, keys, b, n, a, hd, scores, s.avx512); });
+      });
+    }
     for (int v = 0; v < g.vectors; ++v) {
       const int64_t p = c.pos0 + row_begin + v / heads;
       const int64_t lo = std::max(a, FirstKey(c, p)), hi = std::min(e - 1, LastKey(c, p));
-      float* row = scores + v * g.ld;
+      float* row = scores + v * g.ld + shift;
       const int64_t at = v * part.segments + (seg - part.first);
       if (lo > hi) {  // the vector sees no key here: zero weights, and the combination skips it
         std::fill(row, row + (e - a), 0.0f);
         part.max[at] = -INFINITY;
         part.sum[at] = 0;
       } else {
-        SegmentSoftmax(row, e - a, lo - a, hi - a, &part.max[at], &part.sum[at]);
+        SegmentSoftmax(row, e - a, lo - a, hi - a, dot, &part.max[at], &part.sum[at]);
+      }
+      if (dot) {  // the pairs' keys outside [a, e) weigh 0
+        if (shift != 0) row[-1] = 0.0f;
+        if ((e - a + shift) % 2 != 0) row[e - a] = 0.0f;
       }
       g.out[v] = part.out.data() + at * hd;
       std::memset(g.out[v], 0, sizeof(float) * hd);
+    }
+    if (dot) {
+      attention_dot::WeighValues(c, koff, hd, scores, g.ld, g.vectors, a, e, g.out);
+      continue;
     }
     ForKeyBlocks(c, a, e, [&](int64_t b, int64_t n) {
       for (int v = 0; v < g.vectors; ++v) g.p[v] = scores + v * g.ld + (b - a);
@@ -412,6 +441,11 @@ void CombineSegments(const AttentionChunk& c, int head_begin, int head_end, int 
 
 bool AttentionAvx512Default() {
   static const bool on = CpuSupportsAvx512F() && ActiveMatmulIsa() != MatmulIsa::kAvx2;
+  return on;
+}
+
+bool AttentionBf16DotDefault() {
+  static const bool on = ActiveMatmulIsa() == MatmulIsa::kAvx512Bf16;
   return on;
 }
 

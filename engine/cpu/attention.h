@@ -58,13 +58,21 @@ struct SegmentPartials {
 // unless $LAYERPIPE_MATMUL_ISA=avx2 keeps every kernel at 256 bits. The bits are the same either way.
 bool AttentionAvx512Default();
 
+// Whether attention with a bf16 cache multiplies bf16 pairs on vdpbf16ps by default: where MatmulBf16
+// runs on it (MatmulIsa::kAvx512Bf16), so $LAYERPIPE_MATMUL_ISA=avx2 or avx512f keeps the AVX2 bits.
+bool AttentionBf16DotDefault();
+
 // Working memory of AttendHeads, one per thread, reused from call to call (it only grows).
 struct AttentionScratch {
   bool avx512 = AttentionAvx512Default();  // tests turn it off to compare the two
+  // A bf16 cache's products on vdpbf16ps (attention_dot.h; other bits than the fp32 products): only
+  // where AttentionBf16DotDefault(); the caller chooses per layer (AttentionRunner::Bf16Pairs).
+  bool bf16_dot = false;
   SegmentPartials partials;
   std::vector<float> running_max;   // per query vector of a group, over the segments folded so far
   std::vector<double> running_sum;
   std::vector<float> scores;  // [query vectors][keys]
+  std::vector<uint16_t> q16;  // the dot path's queries in bf16
   std::vector<const float*> f32_rows;
   std::vector<const uint16_t*> bf16_rows;
   std::vector<const float*> q;

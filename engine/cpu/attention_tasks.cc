@@ -52,14 +52,20 @@ void AttentionRunner::Plan(absl::Span<const AttentionChunk> chunks, int heads, i
   }
 }
 
+bool AttentionRunner::Bf16Pairs(Precision precision, int heads, int kv_heads) {
+  return precision == Precision::kBf16 && AttentionBf16DotDefault() && heads / kv_heads >= kMinBf16PairsGroup;
+}
+
 void AttentionRunner::Run(absl::Span<const AttentionChunk> chunks, int heads, int kv_heads, int head_dim,
                           ThreadPool& pool) {
   if (chunks.empty()) return;
   Plan(chunks, heads, kv_heads, head_dim, pool.size());
   const int group = heads / kv_heads;
+  const bool pairs = Bf16Pairs(chunks[0].precision, heads, kv_heads);
   std::atomic<int64_t> next_task{0};
   pool.ParallelFor(pool.size(), [&](int64_t, int64_t) {
     thread_local AttentionScratch scratch;
+    scratch.bf16_dot = pairs;
     for (int64_t t; (t = next_task.fetch_add(1, std::memory_order_relaxed)) < static_cast<int64_t>(tasks_.size());) {
       const Task& task = tasks_[t];
       const AttentionChunk& c = chunks[task.chunk];

@@ -21,6 +21,15 @@ class AttentionRunner {
   // then stores the chunks' keys and values in their caches.
   void Run(absl::Span<const AttentionChunk> chunks, int heads, int kv_heads, int head_dim, ThreadPool& pool);
 
+  // Whether a layer of this shape multiplies a bf16 cache's values as bf16 pairs here (attention_dot.h):
+  // where the CPU runs them, for GQA groups of kMinBf16PairsGroup query heads and more. Packing a
+  // block's keys (a transpose) costs about what scoring it costs for five vectors, and one row of decode
+  // has only the group's vectors: the 12B's global layers (16 heads a KV head) gain 1.5-1.7x at prefill
+  // and decode, its sliding layers (2) would take 0.28 instead of 0.15 ms a decode step. A layer's
+  // choice depends on its shape only, so no chunking or split changes a bit.
+  static bool Bf16Pairs(Precision precision, int heads, int kv_heads);
+  static constexpr int kMinBf16PairsGroup = 4;
+
   // Tasks run so far that took key segments (flash-decoding), for tests and benchmarks.
   int64_t segment_tasks_run() const { return segment_tasks_run_; }
 

@@ -1,0 +1,304 @@
+// Attention's products on vdpbf16ps (attention_dot.h). Keys are packed a block at a time with 16 keys
+// side by side (one fp32 lane each) and their dims in pairs, so a query's bf16 pair broadcast against
+// a packed register advances 16 scores by two dims; values are packed in pairs of keys, so a pair of
+// weights broadcast against a packed register advances 16 output dims by two keys. Packing reads every
+// row once per block for all the query vectors of a group.
+//
+// Everything here executes AVX-512 BF16 instructions: attention.cc calls in only where the CPU has them.
+#include "engine/cpu/attention_dot.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "engine/cpu/thread_scratch.h"
+#include "engine/cpu/tile_table.h"
+#include "engine/model/bf16.h"
+
+#define LP_BF16_DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+namespace layerpipe::attention_dot {
+namespace {
+
+constexpr int kLanes = 16;
+// Keys packed together: 64 keys of a 512-wide head are 64 KiB of pairs, in L2 while every vector of
+// the group passes.
+constexpr int64_t kBlock = 64;
+static_assert(kBlock % (2 * kLanes) == 0, "a block holds whole pairs and whole groups of keys");
+
+// Query vectors x groups of 16 keys per score tile, query vectors x 16-dim vectors per weighting tile:
+// 24 accumulators and the operands of one step within the 32 zmm registers.
+constexpr int kScoreVectors = 6;
+constexpr int kScoreGroups = kBlock / kLanes;
+constexpr int kWeighVectors = 4;
+constexpr int kWeighDims = 6;
+
+enum class Slot { kKeys, kValues, kWeights };
+
+int Pairs(int hd) { return hd / 2; }
+int64_t PaddedDims(int hd) { return (hd + kLanes - 1) / kLanes * kLanes; }
+
+// One key's or value's row: the cache's (bf16), or the chunk's own (fp32 holding bf16 values); neither
+// reads as zeros.
+struct Row {
+  const uint16_t* bf16 = nullptr;
+  const float* f32 = nullptr;
+};
+
+// The rows of K (which = 0) or V (which = 1) of one KV head by absolute position: the chunk's own at and
+// after pos0, the cache's before. Looked up once a block (a cache row's place takes divisions).
+struct Rows {
+  const AttentionChunk& c;
+  int which;
+  int64_t koff;
+  Row At(int64_t pos) const {
+    if (pos >= c.pos0) return {nullptr, (which == 0 ? c.k_new : c.v_new) + (pos - c.pos0) * c.kv_stride + koff};
+    return {(which == 0 ? c.cache->K<uint16_t>(pos) : c.cache->V<uint16_t>(pos)) + koff, nullptr};
+  }
+};
+
+// 16 dim pairs [2 dp, 2 dp + 2·count) of a row as bf16 pairs (zero past count).
+LP_BF16_DOT inline __m512i LoadPairs(const Row& row, int dp, int count) {
+  if (row.f32 != nullptr) {
+    const float* r = row.f32 + 2 * dp;
+    const uint32_t m = count >= kLanes ? 0xffffffffu : (1u << (2 * count)) - 1;
+    const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m), r);
+    const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> 16), r + kLanes);
+    return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));  // exact: the values are bf16 already
+  }
+  if (row.bf16 == nullptr) return _mm512_setzero_si512();
+  const __mmask16 m = count >= kLanes ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
+  return _mm512_maskz_loadu_epi32(m, row.bf16 + 2 * dp);
+}
+
+// 16 values [d, d + count) of a row as bf16 bits in the low half of each 32-bit lane.
+LP_BF16_DOT inline __m512i LoadWidened(const Row& row, int64_t d, int count) {
+  const __mmask16 m = count >= kLanes ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
+  __m256i h;
+  if (row.f32 != nullptr) {
+    h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, row.f32 + d)));
+  } else if (row.bf16 != nullptr) {
+    h = _mm256_maskz_loadu_epi16(m, row.bf16 + d);
+  } else {
+    return _mm512_setzero_si512();
+  }
+  return _mm512_cvtepu16_epi32(h);
+}
+
+// The 16 x 16 matrix of 32-bit values in r, transposed in place.
+LP_BF16_DOT inline void Transpose16(__m512i (&r)[kLanes]) {
+  __m512i a[kLanes], b[kLanes];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // b[4i + c], 128-bit lane L: rows 4i .. 4i + 3 of column 4L + c.
+  for (int i = 0; i < 4; ++i) {
+    b[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i t0 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x44);
+    const __m512i t1 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xee);
+    const __m512i t2 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44);
+    const __m512i t3 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xee);
+    r[c] = _mm512_shuffle_i32x4(t0, t2, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(t0, t2, 0xdd);
+    r[8 + c] = _mm512_shuffle_i32x4(t1, t3, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(t1, t3, 0xdd);
+  }
+}
+
+// Keys [b, b + n) as out[group][pair][lane]: key b + 16·group + lane's dims (2·pair, 2·pair + 1); lanes
+// past n hold zeros. The rows of the 16 keys after each group (up to e) are prefetched while it is
+// packed: 16 rows read a line at a time each are 16 streams that the hardware prefetchers miss.
+LP_BF16_DOT void PackKeys(const Rows& rows, int64_t b, int64_t n, int64_t e, int hd, uint32_t* out) {
+  const int pairs = Pairs(hd);
+  Row row[kBlock + kLanes];
+  const int known = static_cast<int>(std::min<int64_t>(n + kLanes, e - b));
+  for (int i = 0; i < known; ++i) row[i] = rows.At(b + i);
+  for (int i = known; i < kBlock + kLanes; ++i) row[i] = Row{};
+  for (int64_t g = 0; g * kLanes < n; ++g) {
+    const Row* group = row + g * kLanes;
+    const Row* next = group + kLanes;
+    const int keys = static_cast<int>(std::min<int64_t>(kLanes, n - g * kLanes));
+    uint32_t* dst = out + g * pairs * kLanes;
+    for (int dp = 0; dp < pairs; dp += kLanes) {
+      const int count = std::min(kLanes, pairs - dp);
+      for (int i = 0; i < kLanes; ++i) {
+        if (next[i].bf16 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(next[i].bf16 + 2 * dp), _MM_HINT_T0);
+      }
+      __m512i r[kLanes];
+      for (int i = 0; i < kLanes; ++i) r[i] = i < keys ? LoadPairs(group[i], dp, count) : _mm512_setzero_si512();
+      Transpose16(r);
+      for (int i = 0; i < count; ++i) _mm512_store_si512(dst + (dp + i) * kLanes, r[i]);
+    }
+  }
+}
+
+// scores[r * ld + 16·g + lane] for Q vectors and G groups of packed keys, `keys` of them real.
+template <int Q, int G>
+LP_BF16_DOT void ScoreTile(const uint16_t* q16, int64_t q_ld, const uint32_t* packed, int pairs, int keys,
+                           float* scores, int64_t ld) {
+  __m512 acc[Q][G];
+#pragma GCC unroll 8
+  for (int r = 0; r < Q; ++r)
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
+  const int64_t group_stride = int64_t{pairs} * kLanes;
+  for (int dp = 0; dp < pairs; ++dp) {
+    __m512bh k[G];
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) k[g] = reinterpret_cast<__m512bh>(_mm512_load_si512(packed + g * group_stride + dp * kLanes));
+#pragma GCC unroll 8
+    for (int r = 0; r < Q; ++r) {
+      const auto* q32 = reinterpret_cast<const uint32_t*>(q16 + r * q_ld);
+      const __m512bh qv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(q32[dp])));
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) acc[r][g] = _mm512_dpbf16_ps(acc[r][g], qv, k[g]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) {
+    const int n = std::min(kLanes, keys - g * kLanes);
+    const __mmask16 m = n >= kLanes ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
+#pragma GCC unroll 8
+    for (int r = 0; r < Q; ++r) _mm512_mask_storeu_ps(scores + r * ld + g * kLanes, m, acc[r][g]);
+  }
+}
+
+template <int Q, int G>
+struct ScoreTiles {
+  static constexpr auto kFn = &ScoreTile<Q, G>;
+};
+constexpr auto kScoreTiles = TileTable<ScoreTiles, kScoreVectors, kScoreGroups>();
+
+// Values [b, b + 2·pairs) as out[pair][d]: key b + 2·pair's dim d in the low half of a 32-bit lane, the
+// next key's in the high half; keys outside [a, e) and dims past hd are zeros. The rows kValuesAhead
+// keys on are prefetched meanwhile (the hardware prefetchers fell behind here).
+constexpr int kValuesAhead = 8;
+LP_BF16_DOT void PackValues(const Rows& rows, int64_t b, int64_t pairs, int64_t a, int64_t e, int hd,
+                            uint32_t* out) {
+  const int64_t ld = PaddedDims(hd);
+  Row row[kBlock + kValuesAhead];
+  for (int64_t i = 0; i < 2 * pairs + kValuesAhead; ++i) row[i] = b + i >= a && b + i < e ? rows.At(b + i) : Row{};
+  for (int64_t jp = 0; jp < pairs; ++jp) {
+    const Row& lo = row[2 * jp];
+    const Row& hi = row[2 * jp + 1];
+    const Row* ahead = row + 2 * jp + kValuesAhead;
+    for (int64_t d = 0; d < ld; d += kLanes) {
+      if (d % 32 == 0) {  // a cache line of each of the two rows ahead
+        for (int i = 0; i < 2; ++i) {
+          if (ahead[i].bf16 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(ahead[i].bf16 + d), _MM_HINT_T0);
+        }
+      }
+      const int count = static_cast<int>(std::min<int64_t>(kLanes, hd - d));
+      const __m512i v = _mm512_or_si512(LoadWidened(lo, d, count), _mm512_slli_epi32(LoadWidened(hi, d, count), 16));
+      _mm512_store_si512(out + jp * ld + d, v);
+    }
+  }
+}
+
+// out[r][d0 .. d0 + 16·V) += Σ_pair p[r][pair] · value pair, in pair order (dims past hd untouched).
+template <int Q, int V>
+LP_BF16_DOT void WeighTile(const uint32_t* p32, int64_t p_ld, const uint32_t* packed, int64_t ld, int64_t pairs,
+                           int64_t d0, int hd, float* const* out) {
+  __mmask16 m[V];
+  __m512 acc[Q][V];
+#pragma GCC unroll 8
+  for (int c = 0; c < V; ++c) {
+    const int64_t n = std::clamp<int64_t>(hd - (d0 + c * kLanes), 0, kLanes);
+    m[c] = n >= kLanes ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < Q; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < V; ++c) acc[r][c] = _mm512_maskz_loadu_ps(m[c], out[r] + d0 + c * kLanes);
+  for (int64_t jp = 0; jp < pairs; ++jp) {
+    __m512bh v[V];
+#pragma GCC unroll 8
+    for (int c = 0; c < V; ++c) v[c] = reinterpret_cast<__m512bh>(_mm512_load_si512(packed + jp * ld + d0 + c * kLanes));
+#pragma GCC unroll 8
+    for (int r = 0; r < Q; ++r) {
+      const __m512bh pv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(p32[r * p_ld + jp])));
+#pragma GCC unroll 8
+      for (int c = 0; c < V; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], pv, v[c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < Q; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < V; ++c) _mm512_mask_storeu_ps(out[r] + d0 + c * kLanes, m[c], acc[r][c]);
+}
+
+template <int Q, int V>
+struct WeighTiles {
+  static constexpr auto kFn = &WeighTile<Q, V>;
+};
+constexpr auto kWeighTiles = TileTable<WeighTiles, kWeighVectors, kWeighDims>();
+
+// out[v][jp] = the bf16 pair (p[v][2 jp], p[v][2 jp + 1]) for jp < pairs (p holds bf16 values).
+LP_BF16_DOT void PackWeights(const float* p, int64_t ld, int vectors, int64_t pairs, uint32_t* out) {
+  for (int v = 0; v < vectors; ++v) {
+    const float* src = p + v * ld;
+    uint32_t* dst = out + v * pairs;
+    for (int64_t jp = 0; jp < pairs; jp += kLanes) {
+      const int64_t n = std::min<int64_t>(2 * kLanes, 2 * (pairs - jp));
+      const uint32_t m = n >= 2 * kLanes ? 0xffffffffu : (1u << n) - 1;
+      const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m), src + 2 * jp);
+      const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> 16), src + 2 * jp + kLanes);
+      _mm512_mask_storeu_epi32(dst + jp, static_cast<__mmask16>(m == 0xffffffffu ? 0xffff : (1u << (n / 2)) - 1),
+                               reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+    }
+  }
+}
+
+}  // namespace
+
+void RoundQueries(const float* const* q, int vectors, int hd, uint16_t* out, int64_t ld) {
+  for (int v = 0; v < vectors; ++v) F32ToBf16Row(q[v], out + v * ld, hd);
+}
+
+LP_BF16_DOT void ScoreKeys(const AttentionChunk& c, int64_t koff, int hd, const uint16_t* q16, int64_t q_ld,
+                           int vectors, int64_t a, int64_t e, float* scores, int64_t ld) {
+  const Rows rows{c, 0, koff};
+  const int pairs = Pairs(hd);
+  uint32_t* packed = ThreadScratch<uint32_t, Slot::kKeys>(static_cast<size_t>(kBlock * pairs));
+  for (int64_t b = a; b < e; b += kBlock) {
+    const int n = static_cast<int>(std::min(kBlock, e - b));
+    PackKeys(rows, b, n, e, hd, packed);
+    const int groups = (n + kLanes - 1) / kLanes;
+    for (int r = 0; r < vectors; r += kScoreVectors) {
+      const int qn = std::min(kScoreVectors, vectors - r);
+      kScoreTiles[qn - 1][groups - 1](q16 + r * q_ld, q_ld, packed, pairs, n, scores + r * ld + (b - a), ld);
+    }
+  }
+}
+
+LP_BF16_DOT void WeighValues(const AttentionChunk& c, int64_t koff, int hd, const float* p, int64_t ld, int vectors,
+                             int64_t a, int64_t e, float* const* out) {
+  const Rows rows{c, 1, koff};
+  const int64_t a0 = a & ~int64_t{1}, end = (e + 1) & ~int64_t{1};
+  const int64_t dims = PaddedDims(hd);
+  uint32_t* packed = ThreadScratch<uint32_t, Slot::kValues>(static_cast<size_t>(kBlock / 2 * dims));
+  uint32_t* weights = ThreadScratch<uint32_t, Slot::kWeights>(static_cast<size_t>(vectors * kBlock / 2));
+  for (int64_t b = a0; b < end; b += kBlock) {
+    const int64_t pairs = std::min(kBlock, end - b) / 2;
+    PackValues(rows, b, pairs, a, e, hd, packed);
+    PackWeights(p + (b - a0), ld, vectors, pairs, weights);
+    // Dims outer: the block's pairs at one tile of dims (32 pairs x 96 dims = 12 KiB) stay in L1 while
+    // every vector passes.
+    for (int64_t d = 0; d < hd; d += kLanes * kWeighDims) {
+      const int vn = static_cast<int>(std::min<int64_t>(kWeighDims, (std::min<int64_t>(hd, d + kLanes * kWeighDims) - d + kLanes - 1) / kLanes));
+      for (int r = 0; r < vectors; r += kWeighVectors) {
+        const int qn = std::min(kWeighVectors, vectors - r);
+        kWeighTiles[qn - 1][vn - 1](weights + r * pairs, pairs, packed, dims, pairs, d, hd, out + r);
+      }
+    }
+  }
+}
+
+}  // namespace layerpipe::attention_dot

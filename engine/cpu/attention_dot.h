@@ -1,0 +1,39 @@
+// Attention's two products on vdpbf16ps, for a bf16 KV cache on CPUs with AVX-512 BF16 (the machines whose
+// matmuls already run on it, MatmulIsa::kAvx512Bf16). Queries and softmax weights are rounded to bf16,
+// as the bf16 tier's reference does (tests/oracle: q and the probabilities pass through bf16), and every
+// product is a bf16 pair dot product accumulated in fp32:
+//  - a score is one fp32 lane's chain over the head's dim pairs (0,1), (2,3), ... in order;
+//  - an output value is one lane's chain over key pairs at even absolute positions (2i, 2i + 1) in
+//    order, a key outside the vector's range weighing exactly 0.
+// Neither depends on the tile, block, group or thread a result falls in, so results depend only on the
+// query and the keys it sees (attention.h's contract), at about twice the fp32 multiply-add rate and
+// without widening the cache's rows.
+#ifndef LAYERPIPE_ENGINE_CPU_ATTENTION_DOT_H_
+#define LAYERPIPE_ENGINE_CPU_ATTENTION_DOT_H_
+
+#include <cstdint>
+
+#include "engine/cpu/attention.h"
+
+namespace layerpipe::attention_dot {
+
+// Whether a head width can: the products take dims in pairs.
+inline bool Bf16DotFits(int hd) { return hd % 2 == 0; }
+
+// out[v][0 .. hd) = q[v] rounded to bf16 (round to nearest even).
+void RoundQueries(const float* const* q, int vectors, int hd, uint16_t* out, int64_t ld);
+
+// scores[v * ld + (j - a)] = q16[v] · key j for the keys j in [a, e) of kv head `koff / hd`'s rows in
+// the chunk (`koff` floats into each row): cache rows before c.pos0, the chunk's own rows after.
+void ScoreKeys(const AttentionChunk& c, int64_t koff, int hd, const uint16_t* q16, int64_t q_ld, int vectors,
+               int64_t a, int64_t e, float* scores, int64_t ld);
+
+// out[v][0 .. hd) += Σ_j p[v * ld + (j - a0)] · value j over the keys j in [a, e) in pairs from a0, the
+// even position at or below a; every p is a bf16 value, and the weights of a0 (when a0 < a) and of e
+// (when e - a0 is odd) are zeros the caller leaves there. The rows of keys outside [a, e) are not read.
+void WeighValues(const AttentionChunk& c, int64_t koff, int hd, const float* p, int64_t ld, int vectors,
+                 int64_t a, int64_t e, float* const* out);
+
+}  // namespace layerpipe::attention_dot
+
+#endif  // LAYERPIPE_ENGINE_CPU_ATTENTION_DOT_H_
