@@ -36,8 +36,9 @@ constexpr int64_t kKeyBlock = 64;
 
 // Query vectors AttendHeads takes together: each block of keys is packed (and of values widened) once
 // for all of them; with the 16 heads of the global layer's one KV head in groups of 2 rows (32
-// vectors), packing and widening took a fifth of the time.
-constexpr int64_t kMaxGroupVectors = 128;
+// vectors), packing and widening took a fifth of the time; 256 vectors (16 rows) rather than 128 took
+// the global layer's bf16-pair prefill at 16384 context from 573 to 534-546 ms (2-core Zen 5 VM).
+constexpr int64_t kMaxGroupVectors = 256;
 
 // Floats from one widened row to the next: a head_dim of 256 or 512 floats is a multiple of 4 KiB's
 // worth of L1 sets, so the same dims of a block's rows would all fall into a few sets (more rows than

@@ -30,9 +30,9 @@ static_assert(kBlock % (2 * kLanes) == 0, "a block holds whole pairs and whole g
 // Query vectors x groups of 16 keys per score tile, query vectors x 16-dim vectors per weighting tile:
 // 24 accumulators and the operands of one step within the 32 zmm registers.
 constexpr int kScoreVectors = 6;
-constexpr int kScoreGroups = kBlock / kLanes;
-constexpr int kWeighVectors = 4;
-constexpr int kWeighDims = 6;
+constexpr int kScoreGroups = 4;
+constexpr int kWeighVectors = 3;
+constexpr int kWeighDims = 8;
 
 enum class Slot { kKeys, kValues, kWeights };
 
@@ -270,10 +270,15 @@ LP_BF16_DOT void ScoreKeys(const AttentionChunk& c, int64_t koff, int hd, const 
   for (int64_t b = a; b < e; b += kBlock) {
     const int n = static_cast<int>(std::min(kBlock, e - b));
     PackKeys(rows, b, n, e, hd, packed);
-    const int groups = (n + kLanes - 1) / kLanes;
-    for (int r = 0; r < vectors; r += kScoreVectors) {
-      const int qn = std::min(kScoreVectors, vectors - r);
-      kScoreTiles[qn - 1][groups - 1](q16 + r * q_ld, q_ld, packed, pairs, n, scores + r * ld + (b - a), ld);
+    for (int g = 0; g * kLanes < n; g += kScoreGroups) {
+      const int keys = std::min(kScoreGroups * kLanes, n - g * kLanes);
+      const int groups = (keys + kLanes - 1) / kLanes;
+      const uint32_t* tile_keys = packed + int64_t{g} * pairs * kLanes;
+      for (int r = 0; r < vectors; r += kScoreVectors) {
+        const int qn = std::min(kScoreVectors, vectors - r);
+        kScoreTiles[qn - 1][groups - 1](q16 + r * q_ld, q_ld, tile_keys, pairs, keys,
+                                        scores + r * ld + (b - a) + g * kLanes, ld);
+      }
     }
   }
 }
