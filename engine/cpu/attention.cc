@@ -4,8 +4,9 @@
 // multiply blocks of values the same way; the segments' partial results are then combined
 // (flash-decoding's arithmetic, whether or not the segments ran on different threads).
 // bf16 key and value rows are widened to fp32 once per block when several tiles of queries reuse
-// them, or, where the matmuls run on vdpbf16ps, multiplied as bf16 pairs (attention_dot.h). Every score, weight and output value is computed by the same arithmetic whatever the group,
-// block or tile it falls in, so results depend only on a query and the keys it sees.
+// them, or, where the matmuls run on vdpbf16ps, multiplied as bf16 pairs (attention_dot.h). Every
+// score, weight and output value is computed by the same arithmetic whatever the group, block or tile
+// it falls in, so results depend only on a query and the keys it sees.
 #include "engine/cpu/attention.h"
 
 #include <immintrin.h>

@@ -58,8 +58,8 @@ struct SegmentPartials {
 // unless $LAYERPIPE_MATMUL_ISA=avx2 keeps every kernel at 256 bits. The bits are the same either way.
 bool AttentionAvx512Default();
 
-// Whether attention with a bf16 cache multiplies bf16 pairs on vdpbf16ps by default: where MatmulBf16
-// runs on it (MatmulIsa::kAvx512Bf16), so $LAYERPIPE_MATMUL_ISA=avx2 or avx512f keeps the AVX2 bits.
+// Whether attention with a bf16 cache may multiply bf16 pairs on vdpbf16ps here: where MatmulBf16 runs
+// on it (MatmulIsa::kAvx512Bf16), so $LAYERPIPE_MATMUL_ISA=avx2 or avx512f keeps the AVX2 bits.
 bool AttentionBf16DotDefault();
 
 // Working memory of AttendHeads, one per thread, reused from call to call (it only grows).
