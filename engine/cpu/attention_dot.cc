@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 
 #include "engine/cpu/thread_scratch.h"
@@ -74,19 +75,30 @@ LP_BF16_DOT inline __m512i LoadPairs(const Row& row, int dp, int count) {
   return _mm512_maskz_loadu_epi32(m, row.bf16 + 2 * dp);
 }
 
-// 16 values [d, d + count) of a row as bf16 bits in the low half of each 32-bit lane.
-LP_BF16_DOT inline __m512i LoadWidened(const Row& row, int64_t d, int count) {
-  const __mmask16 m = count >= kLanes ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
-  __m256i h;
+// 32 values [d, d + count) of a row as bf16 (zeros past count, count in [0, 32]).
+LP_BF16_DOT inline __m512i Load32(const Row& row, int64_t d, int count) {
+  const uint32_t m = count >= 32 ? 0xffffffffu : (1u << count) - 1;
   if (row.f32 != nullptr) {
-    h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, row.f32 + d)));
-  } else if (row.bf16 != nullptr) {
-    h = _mm256_maskz_loadu_epi16(m, row.bf16 + d);
-  } else {
-    return _mm512_setzero_si512();
+    const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m), row.f32 + d);
+    const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> 16), row.f32 + d + kLanes);
+    return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));  // exact: the values are bf16 already
   }
-  return _mm512_cvtepu16_epi32(h);
+  if (row.bf16 == nullptr) return _mm512_setzero_si512();
+  return _mm512_maskz_loadu_epi16(m, row.bf16 + d);
 }
+
+// Word indices that interleave two registers of 32 bf16 (a: 0-31, b: 32-63) into pairs
+// (a[i], b[i]): for i in [0, 16), then in [16, 32).
+constexpr auto PairIndices(int first) {
+  std::array<uint16_t, 32> idx{};
+  for (int i = 0; i < 16; ++i) {
+    idx[2 * i] = static_cast<uint16_t>(first + i);
+    idx[2 * i + 1] = static_cast<uint16_t>(32 + first + i);
+  }
+  return idx;
+}
+alignas(64) constexpr std::array<uint16_t, 32> kLowPairs = PairIndices(0);
+alignas(64) constexpr std::array<uint16_t, 32> kHighPairs = PairIndices(16);
 
 // The 16 x 16 matrix of 32-bit values in r, transposed in place.
 LP_BF16_DOT inline void Transpose16(__m512i (&r)[kLanes]) {
@@ -185,21 +197,21 @@ constexpr int kValuesAhead = 8;
 LP_BF16_DOT void PackValues(const Rows& rows, int64_t b, int64_t pairs, int64_t a, int64_t e, int hd,
                             uint32_t* out) {
   const int64_t ld = PaddedDims(hd);
+  const __m512i low = _mm512_load_si512(kLowPairs.data()), high = _mm512_load_si512(kHighPairs.data());
   Row row[kBlock + kValuesAhead];
   for (int64_t i = 0; i < 2 * pairs + kValuesAhead; ++i) row[i] = b + i >= a && b + i < e ? rows.At(b + i) : Row{};
   for (int64_t jp = 0; jp < pairs; ++jp) {
     const Row& lo = row[2 * jp];
     const Row& hi = row[2 * jp + 1];
     const Row* ahead = row + 2 * jp + kValuesAhead;
-    for (int64_t d = 0; d < ld; d += kLanes) {
-      if (d % 32 == 0) {  // a cache line of each of the two rows ahead
-        for (int i = 0; i < 2; ++i) {
-          if (ahead[i].bf16 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(ahead[i].bf16 + d), _MM_HINT_T0);
-        }
+    for (int64_t d = 0; d < ld; d += 2 * kLanes) {
+      for (int i = 0; i < 2; ++i) {  // a cache line of each of the two rows ahead
+        if (ahead[i].bf16 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(ahead[i].bf16 + d), _MM_HINT_T0);
       }
-      const int count = static_cast<int>(std::min<int64_t>(kLanes, hd - d));
-      const __m512i v = _mm512_or_si512(LoadWidened(lo, d, count), _mm512_slli_epi32(LoadWidened(hi, d, count), 16));
-      _mm512_store_si512(out + jp * ld + d, v);
+      const int count = static_cast<int>(std::clamp<int64_t>(hd - d, 0, 2 * kLanes));
+      const __m512i l = Load32(lo, d, count), h = Load32(hi, d, count);
+      _mm512_store_si512(out + jp * ld + d, _mm512_permutex2var_epi16(l, low, h));
+      if (d + kLanes < ld) _mm512_store_si512(out + jp * ld + d + kLanes, _mm512_permutex2var_epi16(l, high, h));
     }
   }
 }
