@@ -253,10 +253,12 @@ bool Bf16Dot(const AttentionChunk& c, int hd, const AttentionScratch& s) {
 }
 
 // Segments [seg_begin, seg_end) of one group: per segment, scores of its keys, a softmax within the
-// segment per vector, and the weighted values, into the partials.
+// segment per vector, and the weighted values, into the partials. `queries_rounded`: s.q16 already
+// holds the group's queries in bf16 (a later segment of the same group, for the bf16 pairs).
 template <typename T>
 void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd, int64_t row_begin,
-                 int64_t row_end, int64_t seg_begin, int64_t seg_end, SegmentPartials& part, AttentionScratch& s) {
+                 int64_t row_end, int64_t seg_begin, int64_t seg_end, SegmentPartials& part, AttentionScratch& s,
+                 bool queries_rounded = false) {
   const bool dot = Bf16Dot(c, hd, s);
   const int64_t koff = int64_t(kv_head) * hd;
   const KeySpan span = SpanOf(c, row_begin, row_end);
@@ -276,7 +278,7 @@ void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd
   }
   s.scores.resize(static_cast<size_t>(g.vectors * g.ld));
   float* scores = s.scores.data();
-  if (dot) {
+  if (dot && !queries_rounded) {
     s.q16.resize(static_cast<size_t>(g.vectors) * hd);
     attention_dot::RoundQueries(g.q, g.vectors, hd, s.q16.data(), hd);
   }
@@ -381,7 +383,7 @@ void AttendRows(const AttentionChunk& c, int h0, int h1, int kv_head, int hd, in
     s.running_sum.assign(static_cast<size_t>(vectors), 0.0);
     for (int64_t seg = 0, segments = SegmentCount(c, r, r_end); seg < segments; ++seg) {
       s.partials.first = seg;
-      AttendGroup<T>(c, h0, heads, kv_head, hd, r, r_end, seg, seg + 1, s.partials, s);
+      AttendGroup<T>(c, h0, heads, kv_head, hd, r, r_end, seg, seg + 1, s.partials, s, /*queries_rounded=*/seg > 0);
       for (int64_t v = 0; v < vectors; ++v) {
         Fold(s.partials, v, OutputOf(c, h0, heads, hd, r, v), &s.running_max[v], &s.running_sum[v]);
       }
