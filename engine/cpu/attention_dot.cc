@@ -33,7 +33,7 @@ static_assert(kBlock % (2 * kLanes) == 0, "a block holds whole pairs and whole g
 // a query pair and 4 loads feed 24 products; 12 x 2 (12 broadcasts) ran 40 % slower, 3 x 8 10 %
 // (global layer, 4096 context). Weighted sums: 8 x 16 dims divide both head widths evenly.
 constexpr int kScoreVectors = 6;
-constexpr int kScoreGroups = 4;
+constexpr int kScoreGroups = kBlock / kLanes;  // a tile takes all of a block's keys
 constexpr int kWeighVectors = 3;
 constexpr int kWeighDims = 8;
 
@@ -284,15 +284,10 @@ LP_BF16_DOT void ScoreKeys(const AttentionChunk& c, int64_t koff, int hd, const 
   for (int64_t b = a; b < e; b += kBlock) {
     const int n = static_cast<int>(std::min(kBlock, e - b));
     PackKeys(rows, b, n, e, hd, packed);
-    for (int g = 0; g * kLanes < n; g += kScoreGroups) {
-      const int keys = std::min(kScoreGroups * kLanes, n - g * kLanes);
-      const int groups = (keys + kLanes - 1) / kLanes;
-      const uint32_t* tile_keys = packed + int64_t{g} * pairs * kLanes;
-      for (int r = 0; r < vectors; r += kScoreVectors) {
-        const int qn = std::min(kScoreVectors, vectors - r);
-        kScoreTiles[qn - 1][groups - 1](q16 + r * q_ld, q_ld, tile_keys, pairs, keys,
-                                        scores + r * ld + (b - a) + g * kLanes, ld);
-      }
+    const int groups = (n + kLanes - 1) / kLanes;
+    for (int r = 0; r < vectors; r += kScoreVectors) {
+      const int qn = std::min(kScoreVectors, vectors - r);
+      kScoreTiles[qn - 1][groups - 1](q16 + r * q_ld, q_ld, packed, pairs, n, scores + r * ld + (b - a), ld);
     }
   }
 }
