@@ -306,7 +306,7 @@ LP_BF16_DOT void WeighValues(const AttentionChunk& c, int64_t koff, int hd, cons
     // Dims outer: the block's pairs at one tile of dims (32 pairs x 128 dims = 16 KiB) stay in L1 while
     // every vector passes.
     for (int64_t d = 0; d < hd; d += kLanes * kWeighDims) {
-      const int vn = static_cast<int>(std::min<int64_t>(kWeighDims, (std::min<int64_t>(hd, d + kLanes * kWeighDims) - d + kLanes - 1) / kLanes));
+      const int vn = static_cast<int>(std::min<int64_t>(kWeighDims, (hd - d + kLanes - 1) / kLanes));
       for (int r = 0; r < vectors; r += kWeighVectors) {
         const int qn = std::min(kWeighVectors, vectors - r);
         kWeighTiles[qn - 1][vn - 1](weights + r * pairs, pairs, packed, dims, pairs, d, hd, out + r);
