@@ -280,7 +280,7 @@ void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd
   float* scores = s.scores.data();
   if (dot && !queries_rounded) {
     s.q16.resize(static_cast<size_t>(g.vectors) * hd);
-    attention_dot::RoundQueries(g.q, g.vectors, hd, s.q16.data(), hd);
+    for (int v = 0; v < g.vectors; ++v) F32ToBf16Row(g.q[v], s.q16.data() + int64_t{v} * hd, hd);
   }
 
   for (int64_t seg = seg_begin; seg < seg_end; ++seg) {

@@ -15,7 +15,6 @@
 
 #include "engine/cpu/thread_scratch.h"
 #include "engine/cpu/tile_table.h"
-#include "engine/model/bf16.h"
 
 #define LP_BF16_DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -61,21 +60,8 @@ struct Rows {
   }
 };
 
-// 16 dim pairs [2 dp, 2 dp + 2·count) of a row as bf16 pairs (zero past count).
-LP_BF16_DOT inline __m512i LoadPairs(const Row& row, int dp, int count) {
-  if (row.f32 != nullptr) {
-    const float* r = row.f32 + 2 * dp;
-    const uint32_t m = count >= kLanes ? 0xffffffffu : (1u << (2 * count)) - 1;
-    const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m), r);
-    const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> 16), r + kLanes);
-    return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));  // exact: the values are bf16 already
-  }
-  if (row.bf16 == nullptr) return _mm512_setzero_si512();
-  const __mmask16 m = count >= kLanes ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
-  return _mm512_maskz_loadu_epi32(m, row.bf16 + 2 * dp);
-}
-
-// 32 values [d, d + count) of a row as bf16 (zeros past count, count in [0, 32]).
+// 32 values [d, d + count) of a row as bf16 (zeros past count, count in [0, 32]): 16 dim pairs for
+// the keys' packing, one register of a value row for the values'.
 LP_BF16_DOT inline __m512i Load32(const Row& row, int64_t d, int count) {
   const uint32_t m = count >= 32 ? 0xffffffffu : (1u << count) - 1;
   if (row.f32 != nullptr) {
@@ -133,8 +119,7 @@ LP_BF16_DOT void PackKeys(const Rows& rows, int64_t b, int64_t n, int64_t e, int
   const int pairs = Pairs(hd);
   Row row[kBlock + kLanes];
   const int known = static_cast<int>(std::min<int64_t>(n + kLanes, e - b));
-  for (int i = 0; i < known; ++i) row[i] = rows.At(b + i);
-  for (int i = known; i < kBlock + kLanes; ++i) row[i] = Row{};
+  for (int i = 0; i < known; ++i) row[i] = rows.At(b + i);  // the rest stay zero rows
   for (int64_t g = 0; g * kLanes < n; ++g) {
     const Row* group = row + g * kLanes;
     const Row* next = group + kLanes;
@@ -146,7 +131,7 @@ LP_BF16_DOT void PackKeys(const Rows& rows, int64_t b, int64_t n, int64_t e, int
         if (next[i].bf16 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(next[i].bf16 + 2 * dp), _MM_HINT_T0);
       }
       __m512i r[kLanes];
-      for (int i = 0; i < kLanes; ++i) r[i] = i < keys ? LoadPairs(group[i], dp, count) : _mm512_setzero_si512();
+      for (int i = 0; i < kLanes; ++i) r[i] = i < keys ? Load32(group[i], 2 * dp, 2 * count) : _mm512_setzero_si512();
       Transpose16(r);
       for (int i = 0; i < count; ++i) _mm512_store_si512(dst + (dp + i) * kLanes, r[i]);
     }
@@ -271,10 +256,6 @@ LP_BF16_DOT void PackWeights(const float* p, int64_t ld, int vectors, int64_t pa
 }
 
 }  // namespace
-
-void RoundQueries(const float* const* q, int vectors, int hd, uint16_t* out, int64_t ld) {
-  for (int v = 0; v < vectors; ++v) F32ToBf16Row(q[v], out + v * ld, hd);
-}
 
 LP_BF16_DOT void ScoreKeys(const AttentionChunk& c, int64_t koff, int hd, const uint16_t* q16, int64_t q_ld,
                            int vectors, int64_t a, int64_t e, float* scores, int64_t ld) {

@@ -20,11 +20,9 @@ namespace layerpipe::attention_dot {
 // Whether a head width can: the products take dims in pairs.
 inline bool Bf16DotFits(int hd) { return hd % 2 == 0; }
 
-// out[v][0 .. hd) = q[v] rounded to bf16 (round to nearest even).
-void RoundQueries(const float* const* q, int vectors, int hd, uint16_t* out, int64_t ld);
-
 // scores[v * ld + (j - a)] = q16[v] · key j for the keys j in [a, e) of kv head `koff / hd`'s rows in
-// the chunk (`koff` floats into each row): cache rows before c.pos0, the chunk's own rows after.
+// the chunk (`koff` floats into each row): cache rows before c.pos0, the chunk's own rows after. q16:
+// the query vectors rounded to bf16 (F32ToBf16Row), q_ld values apart.
 void ScoreKeys(const AttentionChunk& c, int64_t koff, int hd, const uint16_t* q16, int64_t q_ld, int vectors,
                int64_t a, int64_t e, float* scores, int64_t ld);
 
