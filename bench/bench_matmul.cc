@@ -6,6 +6,7 @@
 // bf16-x mode on weights stored tiled (engine/model/tiled_rows.h), as a CPU stage loads them.
 //
 // Usage: bench_matmul [--quick] [--isa=avx2|avx512f|avx512bf16] [--decode-only] [--prefill-only] [--small-pages]
+//                     [--shape=NAME] [--m=ROWS]   (one table row: a shape's name as printed, one row count)
 // Weights and the bandwidth probe's buffer are in huge pages, as the engine loads weights, unless --small-pages.
 // Threads: $LAYERPIPE_THREADS (default: all hardware threads).
 #include <immintrin.h>
@@ -111,6 +112,8 @@ struct Options {
   bool decode = true;
   bool prefill = true;
   bool huge_pages = true;
+  std::string shape;  // only this shape, when set
+  int64_t rows = 0;   // only this m, when set
   MatmulIsa isa = ActiveMatmulIsa();
   double bandwidth = 0;  // GB/s, measured
   Peaks peaks;
@@ -186,6 +189,7 @@ void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
               "bf16-x GB/s", "fp32-x GB/s", ShowsTiled(opt) ? "tiled GB/s" : "", opt.bandwidth);
   const int64_t ms[] = {1, 2, 4, 8};
   for (const Shape& s : kShapes) {
+    if (!opt.shape.empty() && opt.shape != s.name) continue;
     // Enough copies of W that cycling through them defeats the 32 MiB L3, as real layers do.
     const size_t w_elems = static_cast<size_t>(s.n * s.k);
     const int copies = static_cast<int>(std::max<size_t>(2, (size_t{256} << 20) / (w_elems * 2)));
@@ -196,6 +200,7 @@ void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
     }
     for (int64_t m : ms) {
       if (opt.quick && m != 1 && m != 8) continue;
+      if (opt.rows > 0 && m != opt.rows) continue;
       const std::vector<float> x = RandomF32(m * s.k, rng);
       AlignedVector<float> y(m * s.n);  // as the CPU backend keeps its activations
       int next = 0;
@@ -228,10 +233,12 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
               fma_peak);
   const int64_t ms[] = {64, 256, 512, 4096};
   for (const Shape& s : kShapes) {
+    if (!opt.shape.empty() && opt.shape != s.name) continue;
     PagedArray<uint16_t> w = RandomBf16(static_cast<size_t>(s.n * s.k), opt.huge_pages, rng);
     PagedArray<uint16_t> tiled = TiledCopy(w, s, opt);
     for (int64_t m : ms) {
       if (opt.quick && m != 256 && m != 4096) continue;
+      if (opt.rows > 0 && m != opt.rows) continue;
       const std::vector<float> x = RandomF32(m * s.k, rng);
       AlignedVector<float> y(m * s.n);  // as the CPU backend keeps its activations
       double t[kModes];
@@ -266,9 +273,14 @@ int Main(int argc, char** argv) {
       opt.decode = false;
     } else if (a == "--small-pages") {
       opt.huge_pages = false;
+    } else if (a.rfind("--shape=", 0) == 0) {
+      opt.shape = a.substr(8);
+    } else if (a.rfind("--m=", 0) == 0 && std::atoll(a.c_str() + 4) > 0) {
+      opt.rows = std::atoll(a.c_str() + 4);
     } else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--isa=avx2|avx512f|avx512bf16] [--decode-only] [--prefill-only] [--small-pages]\n"
+                   "          [--shape=q_proj|k_proj|o_proj|gate/up_proj|down_proj] [--m=ROWS]\n"
                    "(an --isa this CPU lacks is refused)\n",
                    argv[0]);
       return 2;

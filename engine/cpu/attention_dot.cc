@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 
+#include "engine/cpu/avx512_transpose.h"
 #include "engine/cpu/thread_scratch.h"
 #include "engine/cpu/tile_table.h"
 
@@ -86,31 +87,7 @@ constexpr auto PairIndices(int first) {
 alignas(64) constexpr std::array<uint16_t, 32> kLowPairs = PairIndices(0);
 alignas(64) constexpr std::array<uint16_t, 32> kHighPairs = PairIndices(16);
 
-// The 16 x 16 matrix of 32-bit values in r, transposed in place.
-LP_BF16_DOT inline void Transpose16(__m512i (&r)[kLanes]) {
-  __m512i a[kLanes], b[kLanes];
-  for (int i = 0; i < 8; ++i) {
-    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // b[4i + c], 128-bit lane L: rows 4i .. 4i + 3 of column 4L + c.
-  for (int i = 0; i < 4; ++i) {
-    b[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i t0 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x44);
-    const __m512i t1 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xee);
-    const __m512i t2 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44);
-    const __m512i t3 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xee);
-    r[c] = _mm512_shuffle_i32x4(t0, t2, 0x88);
-    r[4 + c] = _mm512_shuffle_i32x4(t0, t2, 0xdd);
-    r[8 + c] = _mm512_shuffle_i32x4(t1, t3, 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(t1, t3, 0xdd);
-  }
-}
+using avx512_transpose::Transpose16;
 
 // Keys [b, b + n) as out[group][pair][lane]: key b + 16·group + lane's dims (2·pair, 2·pair + 1); lanes
 // past n hold zeros. The rows of the 16 keys after each group (up to e) are prefetched while it is

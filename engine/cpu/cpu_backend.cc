@@ -14,6 +14,7 @@
 #include "engine/model/bf16.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/ops.h"
+#include "engine/model/tiled_rows.h"
 
 namespace layerpipe {
 namespace {
@@ -82,8 +83,13 @@ absl::Status CpuBackend::Embed(absl::Span<const int32_t> ids, float* hidden) {
           absl::StrCat("token id ", ids[r], " at index ", r, " is outside the vocabulary [0, ", cfg_.vocab_size, ")"));
     }
   }
+  std::vector<uint16_t> untiled(e.tiled ? H : 0);
   for (size_t r = 0; r < ids.size(); ++r) {
     const uint16_t* row = e.data + int64_t(ids[r]) * H;
+    if (e.tiled) {
+      ReadTiledRow(e.data, ids[r], e.rows, e.cols, untiled.data());
+      row = untiled.data();
+    }
     float* out = hidden + int64_t(r) * H;
     for (int64_t i = 0; i < H; ++i) out[i] = Bf16ToF32(row[i]) * scale;
   }

@@ -17,22 +17,22 @@ namespace {
 
 using matmul_internal::RoundUp;
 
-// Threads receive whole units of this many columns (a multiple of both kernels' tile widths and of the
-// tiled weights' row groups).
-constexpr int64_t kColumnUnit = 24;
-static_assert(kColumnUnit % kTileRows == 0);
+// Threads receive whole units of columns: a multiple of the AVX2 kernels' tile widths, and for the
+// AVX-512 BF16 kernel its groups (kTileRows), so a thread's columns start a group of tiled weights.
+constexpr int64_t kAvx2ColumnUnit = 24;
+constexpr int64_t kBf16ColumnUnit = kTileRows;
 // Below this many multiply-adds a call runs on the calling thread: waking workers would cost more.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
 
-void ForColumns(int64_t m, int64_t k, int64_t n, ThreadPool& pool,
+void ForColumns(int64_t m, int64_t k, int64_t n, int64_t unit, ThreadPool& pool,
                 const std::function<void(int64_t, int64_t)>& columns) {
   if (m * k * n < kMinParallelMacs || pool.size() == 1) {
     columns(0, n);
     return;
   }
-  const int64_t units = (n + kColumnUnit - 1) / kColumnUnit;
+  const int64_t units = (n + unit - 1) / unit;
   pool.ParallelFor(units, [&](int64_t u0, int64_t u1) {
-    columns(u0 * kColumnUnit, std::min(n, u1 * kColumnUnit));
+    columns(u0 * unit, std::min(n, u1 * unit));
   });
 }
 
@@ -72,7 +72,7 @@ const float* PrepareF32(const float* x, int64_t m, int64_t k, bool round_to_bf16
 
 // Activations for the AVX-512 BF16 kernel: bf16 rows padded with zeros to a multiple of 32.
 const uint16_t* PrepareBf16(const float* x, int64_t m, int64_t k, ThreadPool& pool, int64_t* ldx) {
-  const int64_t kp = RoundUp(k, matmul_internal::kAvx512KStep);
+  const int64_t kp = RoundUp(k, matmul_internal::kAvx512XPad);
   uint16_t* out = matmul_internal::ThreadScratch<uint16_t, matmul_internal::Slot::kActivations>(m * kp);
   ForRows(m, k, pool, [&](int64_t i) {
     uint16_t* row = out + i * kp;
@@ -94,7 +94,7 @@ void RunAvx2(const float* x, int64_t m, int64_t k, const void* w, bool w_is_bf16
   p.n = n;
   p.y = y;
   p.wide = wide && CpuSupportsAvx512F();
-  ForColumns(m, k, n, pool, [&p](int64_t j0, int64_t j1) { matmul_internal::Avx2Columns(p, j0, j1); });
+  ForColumns(m, k, n, kAvx2ColumnUnit, pool, [&p](int64_t j0, int64_t j1) { matmul_internal::Avx2Columns(p, j0, j1); });
 }
 
 void RunAvx512Bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, bool w_tiled, int64_t n, float* y,
@@ -107,7 +107,7 @@ void RunAvx512Bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, bool
   p.w_tiled = w_tiled;
   p.n = n;
   p.y = y;
-  ForColumns(m, k, n, pool,
+  ForColumns(m, k, n, kBf16ColumnUnit, pool,
              [&p](int64_t j0, int64_t j1) { matmul_internal::Avx512Bf16Columns(p, j0, j1); });
 }
 

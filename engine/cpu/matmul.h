@@ -46,7 +46,7 @@ std::string_view MatmulIsaName(MatmulIsa isa);
 // weights stored tiled (engine/model/tiled_rows.h; a CPU stage stores them so when this holds).
 bool MatmulReadsTiledWeights();
 
-// MatmulBf16(x_as_bf16 = true) with w stored tiled (TileRowsInPlace; k a multiple of kTileDepth): the
+// MatmulBf16(x_as_bf16 = true) with w stored tiled (TileRowsInPlace; CanTileRows(k)): the
 // same bits as MatmulBf16 on the row-major weights, without repacking them per call. Only where
 // MatmulReadsTiledWeights().
 void MatmulBf16Tiled(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,

@@ -43,18 +43,18 @@ void PackColumns(const Avx2Problem& p, int64_t j, int64_t cols, int64_t stride, 
 void Avx512FBlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end);
 void Avx512FStreamColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end);
 
-// AVX-512 BF16 reduction order: lane l of a 16-float accumulator takes, for each block of 32 values
-// of k, the pair q = 32t + 2l, 32t + 2l + 1 through one vdpbf16ps, blocks in increasing t; then a
-// fixed tree over the lanes.
-constexpr int64_t kAvx512KStep = 32;
+// AVX-512 BF16 order: output (i, j) is one fp32 lane's chain over the pairs of k in increasing order,
+// acc = vdpbf16ps(acc, x[i][2p, 2p + 1], w[j][2p, 2p + 1]) from +0, with no sum across lanes; an odd
+// k's last pair is (value, 0). x rows are padded with zeros to a multiple of kAvx512XPad values.
+constexpr int64_t kAvx512XPad = 32;
 
 struct Avx512Bf16Problem {
-  const uint16_t* x;   // m rows of ldx bf16 values; columns [k, RoundUp(k, 32)) must be zero
+  const uint16_t* x;   // m rows of ldx bf16 values; columns [k, RoundUp(k, kAvx512XPad)) must be zero
   int64_t ldx;
   int64_t m;
   int64_t k;
   const uint16_t* w;   // n rows of k bf16 values, row-major or tiled
-  bool w_tiled;        // engine/model/tiled_rows.h; then k is a multiple of 32
+  bool w_tiled;        // engine/model/tiled_rows.h; then k is even
   int64_t n;
   float* y;
 };

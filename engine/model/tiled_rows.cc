@@ -6,18 +6,26 @@
 namespace layerpipe {
 
 void TileRowsInPlace(uint16_t* data, int64_t rows, int64_t cols) {
-  // Groups occupy the same bytes in both orders, so one group's copy is all the scratch needed.
-  std::vector<uint16_t> group(static_cast<size_t>(kTileRows * cols));
+  // Groups occupy the same bytes in both orders, so one group's copy is all the scratch needed. A pair
+  // moves as one 32-bit value.
+  const int64_t pairs = cols / 2;
+  std::vector<uint32_t> group(static_cast<size_t>(kTileRows * pairs)), out(group.size());
   for (int64_t row0 = 0; row0 < rows; row0 += kTileRows) {
     const int64_t n = TileGroupRows(row0, rows);
     uint16_t* base = data + row0 * cols;
     std::memcpy(group.data(), base, sizeof(uint16_t) * n * cols);
-    for (int64_t q = 0; q < cols; q += kTileDepth) {
-      for (int64_t r = 0; r < n; ++r) {
-        std::memcpy(base + q * n + r * kTileDepth, group.data() + r * cols + q, sizeof(uint16_t) * kTileDepth);
-      }
+    for (int64_t p = 0; p < pairs; ++p) {
+      for (int64_t r = 0; r < n; ++r) out[p * n + r] = group[r * pairs + p];
     }
+    std::memcpy(base, out.data(), sizeof(uint16_t) * n * cols);
   }
+}
+
+void ReadTiledRow(const uint16_t* data, int64_t row, int64_t rows, int64_t cols, uint16_t* out) {
+  const int64_t row0 = row / kTileRows * kTileRows;
+  const int64_t stride = 2 * TileGroupRows(row0, rows);
+  const uint16_t* pair = data + row0 * cols + (row - row0) * 2;
+  for (int64_t c = 0; c < cols; c += 2, pair += stride) std::memcpy(out + c, pair, 2 * sizeof(uint16_t));
 }
 
 }  // namespace layerpipe

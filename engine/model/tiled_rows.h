@@ -1,8 +1,9 @@
 // A second storage order for bf16 weight matrices, read by the AVX-512 BF16 matmul kernel
 // (engine/cpu/matmul_avx512.cc): rows in groups of kTileRows (the last group may hold fewer), and
-// within a group, for each step of kTileDepth values of k, the group's rows' values back to back.
-// A group is then one sequential stream, which is the order that kernel's tiles consume: stored this
-// way once at load, the weights need no repacking per call (which cost a prefill GEMM 5-40 %).
+// within a group of g rows, for each pair of k values (2p, 2p + 1), the g rows' pairs back to back.
+// One pair of each of 16 rows is then one vector, the operand vdpbf16ps multiplies by a broadcast pair
+// of an activation row; a group is one sequential stream. Stored this way once at load, the weights
+// need no transposing per call.
 #ifndef LAYERPIPE_ENGINE_MODEL_TILED_ROWS_H_
 #define LAYERPIPE_ENGINE_MODEL_TILED_ROWS_H_
 
@@ -11,11 +12,11 @@
 
 namespace layerpipe {
 
-inline constexpr int64_t kTileRows = 3;
-inline constexpr int64_t kTileDepth = 32;
+// Three vectors of 16 rows: the width of the kernel's register tiles.
+inline constexpr int64_t kTileRows = 48;
 
-// Only whole steps of k are tiled: the kernel's loads never straddle two rows.
-inline bool CanTileRows(int64_t cols) { return cols > 0 && cols % kTileDepth == 0; }
+// Only whole pairs of k are tiled.
+inline bool CanTileRows(int64_t cols) { return cols > 0 && cols % 2 == 0; }
 
 // Rows in the group that starts at `row0` (a multiple of kTileRows).
 inline int64_t TileGroupRows(int64_t row0, int64_t rows) { return std::min(kTileRows, rows - row0); }
@@ -23,12 +24,15 @@ inline int64_t TileGroupRows(int64_t row0, int64_t rows) { return std::min(kTile
 // Where element (row, col) of a tiled [rows, cols] matrix lives.
 inline int64_t TiledOffset(int64_t row, int64_t col, int64_t rows, int64_t cols) {
   const int64_t row0 = row / kTileRows * kTileRows;
-  return row0 * cols + col / kTileDepth * kTileDepth * TileGroupRows(row0, rows) + (row - row0) * kTileDepth +
-         col % kTileDepth;
+  return row0 * cols + col / 2 * 2 * TileGroupRows(row0, rows) + (row - row0) * 2 + col % 2;
 }
 
 // Rearranges a row-major [rows, cols] matrix into the tiled order, in place (CanTileRows(cols)).
 void TileRowsInPlace(uint16_t* data, int64_t rows, int64_t cols);
+
+// Value (row, col) of a tiled [rows, cols] matrix, for every col: one row read back in row order
+// (the tied embedding's token lookup).
+void ReadTiledRow(const uint16_t* data, int64_t row, int64_t rows, int64_t cols, uint16_t* out);
 
 }  // namespace layerpipe
 

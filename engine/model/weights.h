@@ -54,8 +54,9 @@ struct WeightSelection {
 
 // huge_pages: copy the weights into memory backed by huge pages (engine/model/huge_pages.h) instead of
 // reading them in place from the mapped files; for stages that compute on the host.
-// tile_layer_matrices: with huge_pages, store the layers' projection matrices tiled where their width
-// allows (CanTileRows), for a CPU stage whose matmul reads that order (MatmulReadsTiledWeights).
+// tile_layer_matrices: with huge_pages, store the layers' projection matrices, and the embedding where
+// this stage computes the tied head, tiled where their width allows (CanTileRows), for a CPU stage
+// whose matmul reads that order (MatmulReadsTiledWeights).
 struct WeightLoadOptions {
   bool huge_pages = false;
   bool tile_layer_matrices = false;
@@ -77,7 +78,7 @@ class ModelWeights {
   // otherwise (a text-only checkpoint, or another stage).
   const VisionWeights* vision() const { return vision_.get(); }
   const Bf16Matrix* audio_projection() const { return audio_.empty() ? nullptr : &audio_; }
-  // Whether any layer projection is stored tiled (WeightLoadOptions::tile_layer_matrices took effect).
+  // Whether any matrix is stored tiled (WeightLoadOptions::tile_layer_matrices took effect).
   bool layers_tiled() const { return layers_tiled_; }
   // Bytes of bf16 matrices a decode step streams through (the roofline's numerator).
   size_t LayerMatrixBytes(int layer) const;

@@ -243,8 +243,8 @@ TEST(WeightsLoaderTest, HugePageCopiesHoldTheMappedBytes) {
 
 // TileRowsInPlace puts every element where TiledOffset says, for partial row groups too.
 TEST(WeightsLoaderTest, TiledOrderIsTheDocumentedOne) {
-  for (int64_t rows : {1, 2, 3, 4, 5, 7}) {
-    for (int64_t cols : {32, 64, 96}) {
+  for (int64_t rows : {1, 2, 3, 17, 48, 49, 100}) {
+    for (int64_t cols : {2, 6, 32, 96}) {
       std::vector<uint16_t> m(rows * cols);
       for (size_t i = 0; i < m.size(); ++i) m[i] = static_cast<uint16_t>(i);
       std::vector<uint16_t> t = m;
@@ -260,10 +260,14 @@ TEST(WeightsLoaderTest, TiledOrderIsTheDocumentedOne) {
         }
       }
       EXPECT_EQ(std::count(seen.begin(), seen.end(), true), rows * cols);
-      // A group's first step of k: its rows' first 32 values back to back.
-      if (rows >= 3) {
-        for (int64_t i = 0; i < 3 * kTileDepth; ++i) EXPECT_EQ(t[i], m[(i / kTileDepth) * cols + i % kTileDepth]);
+      std::vector<uint16_t> row(cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        ReadTiledRow(t.data(), r, rows, cols, row.data());
+        ASSERT_TRUE(std::equal(row.begin(), row.end(), m.begin() + r * cols)) << rows << "x" << cols << " row " << r;
       }
+      // A group's first pair of k: its rows' first two values back to back.
+      const int64_t group = std::min(rows, kTileRows);
+      for (int64_t i = 0; i < 2 * group; ++i) EXPECT_EQ(t[i], m[(i / 2) * cols + i % 2]);
     }
   }
 }
@@ -283,7 +287,15 @@ TEST(WeightsLoaderTest, TiledLayerMatricesHoldTheMappedValues) {
   ASSERT_TRUE(tiled.ok()) << tiled.status();
   EXPECT_FALSE((*mapped)->layers_tiled());
   EXPECT_TRUE((*tiled)->layers_tiled());
-  EXPECT_FALSE((*tiled)->embed_tokens().tiled);
+  // The embedding is the tied head: tiled too, its rows read back in row order for token lookups.
+  const Bf16Matrix &e_rm = (*mapped)->embed_tokens(), &e_t = (*tiled)->embed_tokens();
+  EXPECT_FALSE(e_rm.tiled);
+  ASSERT_TRUE(e_t.tiled);
+  std::vector<uint16_t> row(e_t.cols);
+  for (int64_t r = 0; r < e_t.rows; r += 7) {
+    ReadTiledRow(e_t.data, r, e_t.rows, e_t.cols, row.data());
+    ASSERT_TRUE(std::equal(row.begin(), row.end(), e_rm.data + r * e_rm.cols)) << "embedding row " << r;
+  }
   for (int l = 0; l < c->num_layers; ++l) {
     const LayerWeights &a = (*mapped)->layer(l), &b = (*tiled)->layer(l);
     for (auto m : {&LayerWeights::q_proj, &LayerWeights::k_proj, &LayerWeights::v_proj, &LayerWeights::o_proj,

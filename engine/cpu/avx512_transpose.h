@@ -1,0 +1,39 @@
+// The in-register transpose that turns 16 rows of bf16 pairs into 16 vectors of one pair of each row:
+// the operand order of the vdpbf16ps kernels that broadcast the other side's pair (attention_dot.cc's
+// keys, matmul_avx512.cc's row-major weights). Only for code that runs where the CPU has AVX-512F.
+#ifndef LAYERPIPE_ENGINE_CPU_AVX512_TRANSPOSE_H_
+#define LAYERPIPE_ENGINE_CPU_AVX512_TRANSPOSE_H_
+
+#include <immintrin.h>
+
+namespace layerpipe::avx512_transpose {
+
+// The 16 x 16 matrix of 32-bit values in r, transposed in place.
+__attribute__((target("avx512f"))) inline void Transpose16(__m512i (&r)[16]) {
+  __m512i a[16], b[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // b[4i + c], 128-bit lane L: rows 4i .. 4i + 3 of column 4L + c.
+  for (int i = 0; i < 4; ++i) {
+    b[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i t0 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x44);
+    const __m512i t1 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xee);
+    const __m512i t2 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44);
+    const __m512i t3 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xee);
+    r[c] = _mm512_shuffle_i32x4(t0, t2, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(t0, t2, 0xdd);
+    r[8 + c] = _mm512_shuffle_i32x4(t1, t3, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(t1, t3, 0xdd);
+  }
+}
+
+}  // namespace layerpipe::avx512_transpose
+
+#endif  // LAYERPIPE_ENGINE_CPU_AVX512_TRANSPOSE_H_
