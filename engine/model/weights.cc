@@ -252,7 +252,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     // The tied head is decode's largest read; row-major, the kernel would transpose it for every token.
     // Token lookups read its rows back (ReadTiledRow).
     if (sel.head && tile(&w->embed_)) w->layers_tiled_ = true;
-    tiled = absl::StrFormat("; %.2f GB of layer matrices tiled in %.2f s", tiled_bytes / 1e9,
+    tiled = absl::StrFormat("; %.2f GB of matrices tiled in %.2f s", tiled_bytes / 1e9,
                             std::chrono::duration<double>(std::chrono::steady_clock::now() - tile_start).count());
   }
   // What the selection holds, and how long reading, checking it (and converting what is not bf16) took.
