@@ -9,7 +9,6 @@
 #include <string>
 
 #include "engine/model/bf16.h"
-#include "engine/model/tiled_rows.h"
 #include "engine/cpu/matmul_kernels.h"
 
 namespace layerpipe {
@@ -18,9 +17,10 @@ namespace {
 using matmul_internal::RoundUp;
 
 // Threads receive whole units of columns: a multiple of the AVX2 kernels' tile widths, and for the
-// AVX-512 BF16 kernel its groups (kTileRows), so a thread's columns start a group of tiled weights.
+// AVX-512 BF16 kernel one vector of outputs (a thread's range may split a group of 48 tiled rows:
+// whole groups left 2 threads 1056 and 992 of k_proj's 2048 columns).
 constexpr int64_t kAvx2ColumnUnit = 24;
-constexpr int64_t kBf16ColumnUnit = kTileRows;
+constexpr int64_t kBf16ColumnUnit = 16;
 // Below this many multiply-adds a call runs on the calling thread: waking workers would cost more.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
 

@@ -53,21 +53,30 @@ LP_AVX512_BF16 inline __mmask16 LaneMask(int64_t lanes) {
   return lanes >= kLanes ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << std::max<int64_t>(lanes, 0)) - 1);
 }
 
-// Weights in the pair order: for each pair p, `width` 32-bit lanes (one per weight row, 16 to a
-// vector) back to back, starting at pair p0. A tiled group read in place (width = its rows, the last
-// group's possibly < 48: masked loads) or a transposed block (width 48).
+// Weights in the pair order: for each pair p, 32-bit lanes (one per weight row, 16 to a vector) for
+// `cols` rows, `stride` lanes from one pair to the next, starting at pair p0. A tiled group read in
+// place (stride = its rows; a thread's range may start or end inside it) or a transposed block
+// (stride 48). Lanes past cols are masked off where kMasked (a partial last vector of tiled weights,
+// which may be the matrix's last lanes).
 struct Panel {
   const uint32_t* base;
   int64_t p0;
-  int64_t width;
+  int64_t stride;
   __mmask16 masks[kVectors];
 };
 
-Panel MakePanel(const uint32_t* base, int64_t p0, int64_t width) {
-  Panel panel{base, p0, width, {}};
-  for (int v = 0; v < kVectors; ++v) panel.masks[v] = LaneMask(width - v * kLanes);
+Panel MakePanel(const uint32_t* base, int64_t p0, int64_t stride, int64_t cols) {
+  Panel panel{base, p0, stride, {}};
+  for (int v = 0; v < kVectors; ++v) panel.masks[v] = LaneMask(cols - v * kLanes);
   return panel;
 }
+
+// Columns [j, j + cols) of tiled weights (within one group), from pair p0.
+Panel TiledPanel(const Avx512Bf16Problem& p, int64_t j, int64_t cols, int64_t p0) {
+  const int64_t g0 = j / kTileRows * kTileRows, g = TileGroupRows(g0, p.n);
+  return MakePanel(reinterpret_cast<const uint32_t*>(p.w + g0 * p.k) + p0 * g + (j - g0), p0, g, cols);
+}
+inline bool NeedsMask(int64_t cols) { return cols % kLanes != 0; }
 
 // acc[r][v] += over pairs p in [p_begin, p_end): x[r] pair p (broadcast) . panel pair p, vector v.
 // Always inlined: called out of line, acc would live in memory.
@@ -75,8 +84,8 @@ template <int R, int V, bool kMasked>
 LP_AVX512_BF16 __attribute__((always_inline)) inline void Accumulate(const uint32_t* x, int64_t ldx, const Panel& w,
                                                                      int64_t p_begin, int64_t p_end,
                                                                      __m512 (&acc)[R][V]) {
-  const uint32_t* wp = w.base + (p_begin - w.p0) * w.width;
-  for (int64_t p = p_begin; p < p_end; ++p, wp += w.width) {
+  const uint32_t* wp = w.base + (p_begin - w.p0) * w.stride;
+  for (int64_t p = p_begin; p < p_end; ++p, wp += w.stride) {
     __m512i wv[V];
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) {
@@ -242,17 +251,17 @@ LP_AVX512_BF16 void StreamTile(const Avx512Bf16Problem& p, int64_t j, int64_t co
   }
   const int64_t pairs = Pairs(p);
   if (p.w_tiled) {
-    const Panel w = MakePanel(reinterpret_cast<const uint32_t*>(p.w + j * p.k), 0, cols);
-    if (cols == kTileRows) {
-      Accumulate<R, V, false>(XPairs(p, 0), XPairStride(p), w, 0, pairs, acc);
-    } else {
+    const Panel w = TiledPanel(p, j, cols, 0);
+    if (NeedsMask(cols)) {
       Accumulate<R, V, true>(XPairs(p, 0), XPairStride(p), w, 0, pairs, acc);
+    } else {
+      Accumulate<R, V, false>(XPairs(p, 0), XPairStride(p), w, 0, pairs, acc);
     }
   } else if constexpr (R <= 2) {
     StreamRowMajorFew<R, V>(p, j, cols, acc);
   } else {
     alignas(64) uint32_t block[kStreamPairs * kTileRows];
-    const Panel w = MakePanel(block, 0, kTileRows);
+    const Panel w = MakePanel(block, 0, kTileRows, cols);
     for (int64_t pb = 0; pb < pairs; pb += kStreamPairs) {
       const int64_t pe = std::min(pairs, pb + kStreamPairs);
       TransposeInline(p, j, cols, pb, pe, block, /*prefetch=*/true);
@@ -285,9 +294,11 @@ constexpr auto kMaskedTiles = TileTable<MaskedEntry, kTileRowsX, kVectors>();
 
 int64_t VectorsFor(int64_t cols) { return (cols + kLanes - 1) / kLanes; }
 
-// The columns of [j, j_end) that one group (tiled: the group that starts at j) covers.
+// The columns of [j, j_end) that one group covers (tiled: the rest of the group j falls in).
 int64_t GroupCols(const Avx512Bf16Problem& p, int64_t j, int64_t j_end) {
-  return p.w_tiled ? TileGroupRows(j, p.n) : std::min<int64_t>(kTileRows, j_end - j);
+  if (!p.w_tiled) return std::min<int64_t>(kTileRows, j_end - j);
+  const int64_t g0 = j / kTileRows * kTileRows;
+  return std::min(g0 + TileGroupRows(g0, p.n), j_end) - j;
 }
 
 void StreamColumns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_end) {
@@ -336,8 +347,9 @@ SpreadPrefetch NextBlock(const Avx512Bf16Problem& p, int64_t j, int64_t cols, in
   const int64_t next_cols = next_j < j_end ? GroupCols(p, next_j, j_end) : 0;
   const int64_t next_p = c1 < pairs ? c1 : 0;
   const int64_t next_len = std::min(next_p + chunk, pairs) - next_p;
-  if (p.w_tiled) {  // one contiguous range
-    return SpreadPrefetch(p.w + next_j * p.k + 2 * next_p * next_cols, 1, 0, next_len * 4 * next_cols, steps);
+  if (p.w_tiled) {  // one contiguous range: the group's pairs, all its rows
+    const int64_t g0 = next_j / kTileRows * kTileRows, g = next_cols > 0 ? TileGroupRows(g0, p.n) : 0;
+    return SpreadPrefetch(p.w + g0 * p.k + 2 * next_p * g, 1, 0, next_len * 4 * g, steps);
   }
   return SpreadPrefetch(p.w + next_j * p.k + 2 * next_p, next_cols, p.k * 2, next_len * 4, steps);
 }
@@ -360,11 +372,11 @@ void BlockedColumns(const Avx512Bf16Problem& p, int64_t i_begin, int64_t i_end, 
       Panel w;
       bool masked = false;
       if (p.w_tiled) {
-        w = MakePanel(reinterpret_cast<const uint32_t*>(p.w + j * p.k) + c0 * cols, c0, cols);
-        masked = cols < kTileRows;
+        w = TiledPanel(p, j, cols, c0);
+        masked = NeedsMask(cols);
       } else {
         Transpose(p, j, cols, c0, c1, packed);
-        w = MakePanel(packed, c0, kTileRows);
+        w = MakePanel(packed, c0, kTileRows, cols);
       }
       SpreadPrefetch next = NextBlock(p, j, cols, c1, chunk, j_end, row_tiles);
       const auto& tiles = masked ? kMaskedTiles : kFullTiles;

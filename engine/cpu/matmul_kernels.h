@@ -59,8 +59,7 @@ struct Avx512Bf16Problem {
   float* y;
 };
 
-// Computes y[:, j_begin:j_end) (j_begin a multiple of kTileRows when w is tiled). Only call when the CPU
-// supports AVX-512 BF16.
+// Computes y[:, j_begin:j_end). Only call when the CPU supports AVX-512 BF16.
 void Avx512Bf16Columns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_end);
 
 }  // namespace layerpipe::matmul_internal
