@@ -42,9 +42,10 @@ constexpr int64_t kStreamMaxRows = kTileRowsX;
 constexpr int64_t kStreamPairs = kLanes;
 // Most pairs of k in a prefill block: 48 rows x 2048 pairs are 384 KiB (of a 1 MiB L2).
 constexpr int64_t kPackPairs = 2048;
-// Bytes of x per pass over all column groups: every group reads them again, from L3 while they fit
-// (a 2-core VM slowed ~25 % on down_proj's 512 x 15360 when they did not).
-constexpr int64_t kSuperBytes = int64_t{4} << 20;
+// Bytes of x per pass over all column groups: every group reads them again (from L3 while they fit),
+// and every pass streams all the weights again. A 512-row chunk of down_proj's x (15 MiB) in one pass
+// rather than four ran 3-6 % faster on a 2-core Zen 5 VM, q_proj at 4096 rows 1.5 %.
+constexpr int64_t kSuperBytes = int64_t{16} << 20;
 // How far ahead (in weight elements, 512 bytes) decode prefetches each row-major weight row: 16 to 48
 // rows read 64 bytes at a time are more streams than the hardware prefetchers follow.
 constexpr int64_t kPrefetchAhead = 256;
@@ -397,9 +398,9 @@ void Avx512Bf16Columns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_en
   if (p.m <= kStreamMaxRows) {
     StreamColumns(p, j_begin, j_end);
   } else {
-    // Rows are taken kSuperBytes of x at a time (544 rows at k = 3840, 136 at 15360), so they stay in L3
-    // while every column group passes over them, at the cost of transposing each row-major group once per
-    // pass.
+    // Rows are taken kSuperBytes of x at a time (2184 rows at k = 3840, 544 at 15360), so they stay in L3
+    // while every column group passes over them, at the cost of streaming (row-major: transposing) each
+    // weight group once per pass.
     const int64_t row_bytes = RoundUp(p.k, 32) * 2;
     const int64_t super_rows = std::max<int64_t>(kTileRowsX, kSuperBytes / row_bytes / kTileRowsX * kTileRowsX);
     for (int64_t i = 0; i < p.m; i += super_rows) BlockedColumns(p, i, std::min(p.m, i + super_rows), j_begin, j_end);

@@ -309,6 +309,26 @@ TEST(MatmulTest, TiledWeightsGiveTheRowMajorBits) {
   }
 }
 
+// A prefill chunk whose activations exceed one pass of the AVX-512 BF16 kernel (16 MiB of bf16 x) is
+// taken in several passes over the weights; rows in every pass get the bits they get alone.
+TEST(MatmulTest, RowsBeyondTheFirstPassOfXKeepTheirBits) {
+  if (!CpuSupportsAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  ThreadPool pool(2);
+  const int64_t m = 1200, k = 15360, n = 50;  // 35 MiB of bf16 x: passes of 544 rows
+  const Problem p = MakeProblem(m, k, n, 77);
+  std::vector<uint16_t> tiled = p.w;
+  TileRowsInPlace(tiled.data(), n, k);
+  std::vector<float> all(m * n), tiled_all(m * n);
+  MatmulBf16WithIsa(MatmulIsa::kAvx512Bf16, p.x.data(), m, k, p.w.data(), n, all.data(), pool, true);
+  MatmulBf16Tiled(p.x.data(), m, k, tiled.data(), n, tiled_all.data(), pool);
+  ASSERT_TRUE(SameBits(all.data(), tiled_all.data(), m * n));
+  for (int64_t i : {int64_t{0}, int64_t{543}, int64_t{544}, int64_t{1087}, int64_t{1088}, m - 1}) {
+    std::vector<float> one(n);
+    MatmulBf16WithIsa(MatmulIsa::kAvx512Bf16, p.x.data() + i * k, 1, k, p.w.data(), n, one.data(), pool, true);
+    ASSERT_TRUE(SameBits(one.data(), all.data() + i * n, n)) << "row " << i;
+  }
+}
+
 TEST(MatmulTest, F32WeightsMatchBf16WeightsWithTheSameValues) {
   ThreadPool pool(2);
   for (int64_t m : {1, 3, 50, 90}) {
