@@ -59,7 +59,7 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> WorkerService::WeightsFor(co
   const bool tiled = options_.huge_pages && CpuBackend::ReadsTiledWeights(precision);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (assignment_ && SameWeights(assignment_->request, request) && assignment_->weights->layers_tiled() == tiled) {
+    if (assignment_ && SameWeights(assignment_->request, request) && assignment_->weights->matrices_tiled() == tiled) {
       return assignment_->weights;
     }
   }

@@ -38,7 +38,7 @@ bool CpuBackend::ReadsTiledWeights(Precision precision) {
 
 CpuBackend::CpuBackend(const ModelWeights& weights, Precision precision, ThreadPool& pool)
     : w_(weights), cfg_(weights.config()), precision_(precision), pool_(pool) {
-  if (w_.layers_tiled() && !ReadsTiledWeights(precision_)) {
+  if (w_.matrices_tiled() && !ReadsTiledWeights(precision_)) {
     LP_LOG(FATAL) << "the weights are stored tiled, which only the AVX-512 BF16 kernel in bf16 mode reads";
   }
   inv_freq_sliding_ = RopeInvFreq(cfg_.head_dim, cfg_.rope_sliding.theta, cfg_.rope_sliding.partial_rotary_factor);

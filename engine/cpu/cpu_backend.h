@@ -22,7 +22,7 @@ namespace layerpipe {
 class CpuBackend final : public LayerBackend {
  public:
   // Serves the layers of weights.selection(); uses the embedding / head when the selection maps them.
-  // Weights stored tiled (ModelWeights::layers_tiled) need ReadsTiledWeights(precision).
+  // Weights stored tiled (ModelWeights::matrices_tiled) need ReadsTiledWeights(precision).
   CpuBackend(const ModelWeights& weights, Precision precision, ThreadPool& pool);
 
   // Whether a CpuBackend of this precision reads layer matrices stored tiled (WeightLoadOptions::

@@ -401,7 +401,7 @@ void Avx512Bf16Columns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_en
     // Rows are taken kSuperBytes of x at a time (2184 rows at k = 3840, 544 at 15360), so they stay in L3
     // while every column group passes over them, at the cost of streaming (row-major: transposing) each
     // weight group once per pass.
-    const int64_t row_bytes = RoundUp(p.k, 32) * 2;
+    const int64_t row_bytes = RoundUp(p.k, kAvx512XPad) * 2;
     const int64_t super_rows = std::max<int64_t>(kTileRowsX, kSuperBytes / row_bytes / kTileRowsX * kTileRowsX);
     for (int64_t i = 0; i < p.m; i += super_rows) BlockedColumns(p, i, std::min(p.m, i + super_rows), j_begin, j_end);
   }

@@ -94,7 +94,7 @@ absl::StatusOr<std::unique_ptr<DeviceVision>> UploadVision(const VisionWeights& 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const ModelWeights& w, bool fp32) {
-  if (w.layers_tiled()) {
+  if (w.matrices_tiled()) {
     return absl::FailedPreconditionError(
         "the weights were loaded tiled for the CPU kernel; a GPU stage needs them row-major");
   }

@@ -238,20 +238,18 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     const auto tile_start = std::chrono::steady_clock::now();
     size_t tiled_bytes = 0;
     auto tile = [&](Bf16Matrix* m) {
-      if (m->empty() || !CanTileRows(m->cols)) return false;
+      if (m->empty() || !CanTileRows(m->cols)) return;
       TileRowsInPlace(const_cast<uint16_t*>(m->data), m->rows, m->cols);
       m->tiled = true;
       tiled_bytes += m->bytes();
-      return true;
     };
     for (LayerWeights& L : w->layers_) {
-      for (Bf16Matrix* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
-        if (tile(m)) w->layers_tiled_ = true;
-      }
+      for (Bf16Matrix* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) tile(m);
     }
     // The tied head is decode's largest read; row-major, the kernel would transpose it for every token.
     // Token lookups read its rows back (ReadTiledRow).
-    if (sel.head && tile(&w->embed_)) w->layers_tiled_ = true;
+    if (sel.head) tile(&w->embed_);
+    w->matrices_tiled_ = tiled_bytes > 0;
     tiled = absl::StrFormat("; %.2f GB of matrices tiled in %.2f s", tiled_bytes / 1e9,
                             std::chrono::duration<double>(std::chrono::steady_clock::now() - tile_start).count());
   }

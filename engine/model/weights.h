@@ -79,7 +79,7 @@ class ModelWeights {
   const VisionWeights* vision() const { return vision_.get(); }
   const Bf16Matrix* audio_projection() const { return audio_.empty() ? nullptr : &audio_; }
   // Whether any matrix is stored tiled (WeightLoadOptions::tile_layer_matrices took effect).
-  bool layers_tiled() const { return layers_tiled_; }
+  bool matrices_tiled() const { return matrices_tiled_; }
   // Bytes of bf16 matrices a decode step streams through (the roofline's numerator).
   size_t LayerMatrixBytes(int layer) const;
 
@@ -92,7 +92,7 @@ class ModelWeights {
   std::vector<float> final_norm_;
   std::unique_ptr<VisionWeights> vision_;
   Bf16Matrix audio_;  // embed_audio.embedding_projection [hidden, samples per token]
-  bool layers_tiled_ = false;
+  bool matrices_tiled_ = false;
   // Matrices stored as F16/F32 on disk are converted to bf16 here; bf16 ones stay in the mapping.
   std::vector<std::vector<uint16_t>> converted_;
 };

@@ -285,8 +285,8 @@ TEST(WeightsLoaderTest, TiledLayerMatricesHoldTheMappedValues) {
   auto tiled = ModelWeights::Load(dir, *c, all, {.huge_pages = true, .tile_layer_matrices = true});
   ASSERT_TRUE(mapped.ok()) << mapped.status();
   ASSERT_TRUE(tiled.ok()) << tiled.status();
-  EXPECT_FALSE((*mapped)->layers_tiled());
-  EXPECT_TRUE((*tiled)->layers_tiled());
+  EXPECT_FALSE((*mapped)->matrices_tiled());
+  EXPECT_TRUE((*tiled)->matrices_tiled());
   // The embedding is the tied head: tiled too, its rows read back in row order for token lookups.
   const Bf16Matrix &e_rm = (*mapped)->embed_tokens(), &e_t = (*tiled)->embed_tokens();
   EXPECT_FALSE(e_rm.tiled);
@@ -322,7 +322,7 @@ TEST(WeightsLoaderTest, TiledLayerMatricesHoldTheMappedValues) {
       o.huge_pages = huge;
       auto e = Engine::Load(dir, o);
       ASSERT_TRUE(e.ok()) << e.status();
-      EXPECT_EQ((*e)->weights().layers_tiled(), huge && CpuBackend::ReadsTiledWeights(precision));
+      EXPECT_EQ((*e)->weights().matrices_tiled(), huge && CpuBackend::ReadsTiledWeights(precision));
       auto kv = (*e)->NewSequence();
       const std::vector<int32_t> ids = {2, 17, 33, 5, 9, 250, 11, 40, 3};
       StepInput in{kv.get(), ids};
