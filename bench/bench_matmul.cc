@@ -200,7 +200,6 @@ void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
     }
     for (int64_t m : ms) {
       if (opt.quick && m != 1 && m != 8) continue;
-      if (opt.rows > 0 && m != opt.rows) continue;
       const std::vector<float> x = RandomF32(m * s.k, rng);
       AlignedVector<float> y(m * s.n);  // as the CPU backend keeps its activations
       int next = 0;
@@ -231,14 +230,14 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
   std::printf("%-13s %6s %6s %4s %15s %15s %15s  (%% of peak: bf16-x %.0f, fp32-x %.0f GFLOP/s)\n", "shape", "n",
               "k", "m", "bf16-x GFLOP/s", "fp32-x GFLOP/s", ShowsTiled(opt) ? "tiled GFLOP/s" : "", bf16_peak,
               fma_peak);
-  const int64_t ms[] = {64, 256, 512, 4096};
+  std::vector<int64_t> ms = {64, 256, 512, 4096};
+  if (opt.rows > 0) ms = {opt.rows};  // any row count, for finding where a path's crossover lies
   for (const Shape& s : kShapes) {
     if (!opt.shape.empty() && opt.shape != s.name) continue;
     PagedArray<uint16_t> w = RandomBf16(static_cast<size_t>(s.n * s.k), opt.huge_pages, rng);
     PagedArray<uint16_t> tiled = TiledCopy(w, s, opt);
     for (int64_t m : ms) {
       if (opt.quick && m != 256 && m != 4096) continue;
-      if (opt.rows > 0 && m != opt.rows) continue;
       const std::vector<float> x = RandomF32(m * s.k, rng);
       AlignedVector<float> y(m * s.n);  // as the CPU backend keeps its activations
       double t[kModes];

@@ -12,6 +12,7 @@
 
 #include "engine/cpu/avx2_sum.h"
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/cpu/matmul_prefetch.h"
 #include "engine/cpu/tile_table.h"
 #include "engine/model/bf16.h"
 
@@ -21,10 +22,12 @@ namespace {
 // Micro-tile: kRows rows x kCols columns -> 12 accumulators + 3 weight vectors + 1 x vector = 16 ymm.
 constexpr int kRows = 4;
 constexpr int kCols = 3;
-// Up to this many rows the streaming path is as fast or faster (measured on Zen 4: re-widening a
-// cache-hot weight tile per row tile is cheap); beyond it, packing plus k blocking wins, mostly for
-// long k where x no longer fits in L2.
+// Up to this many rows, and while x fits in an L2, the streaming path is as fast or faster (measured on
+// Zen 4: re-widening a cache-hot weight tile per row tile is cheap); beyond either, packing plus k
+// blocking wins. Streamed from L3, x is the bottleneck: down_proj (k = 15360) at 64 rows (3.8 MiB of
+// x) ran 15 % faster blocked on a 2-core Zen 5 VM, q_proj at 64 rows (0.9 MiB) 2-5 % slower.
 constexpr int64_t kStreamMaxRows = 64;
+constexpr int64_t kStreamMaxXBytes = int64_t{1} << 20;
 // On AVX-512F registers (matmul_avx512f.cc) streaming with 8-row tiles is as fast up to 16 rows, and
 // packing pays from fewer rows on than here.
 constexpr int64_t kWideStreamMaxRows = 16;
@@ -200,10 +203,13 @@ void BlockedRows(const Avx2Problem& p, int64_t i_begin, int64_t i_end, int64_t j
         const int64_t cols = std::min<int64_t>(kCols, nc - t);
         PackColumns(p, jc + t, cols, cols, q0, len, packed + t * len);
       }
+      const int64_t tile_calls = (i_end - i_begin + kRows - 1) / kRows * ((nc + kCols - 1) / kCols);
+      NextBlockPrefetch prefetch(p, jc, j_end, kBlockCols, q0, kBlockK, tile_calls);
       for (int64_t i = i_begin; i < i_end; i += kRows) {
         const int64_t rows = std::min<int64_t>(kRows, i_end - i);
         for (int64_t t = 0; t < nc; t += kCols) {
           const int64_t cols = std::min<int64_t>(kCols, nc - t);
+          prefetch.Step();
           kBlockTiles[rows - 1][cols - 1](p, i, jc + t, q0, len, packed + t * len,
                                           park ? park + ((i - i_begin) * kBlockCols + t) * 8 : nullptr,
                                           kBlockCols, first, last);
@@ -256,7 +262,7 @@ void Avx2Columns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
     } else {
       Avx512FBlockedColumns(p, j_begin, j_end);
     }
-  } else if (p.m <= kStreamMaxRows) {
+  } else if (p.m <= kStreamMaxRows && p.m * RoundUp(p.k, kAvx2KStep) * int64_t{sizeof(float)} <= kStreamMaxXBytes) {
     StreamColumns(p, j_begin, j_end);
   } else {
     BlockedColumns(p, j_begin, j_end);

@@ -4,7 +4,7 @@
 // 512-row prefill GEMM on the AVX-512F path (matmul_avx512f.cc). Many lines per call cost more than
 // they save: each outstanding line holds a fill buffer that the tiles' x loads from L2 also need (with
 // 64-row passes, 12 lines per call made the arithmetic ~10 % slower); 256-row passes need ~3. The AVX2
-// path's blocks (x in L1, packed weights in L2) measured no gain, so it does without.
+// path (68-row passes at down_proj's k) gained ~5 % from it on a 2-core Zen 5 VM.
 #ifndef LAYERPIPE_ENGINE_CPU_MATMUL_PREFETCH_H_
 #define LAYERPIPE_ENGINE_CPU_MATMUL_PREFETCH_H_
 
