@@ -99,15 +99,28 @@ struct LineWalk {
   }
 };
 
+// How a tile prefetches weights while it computes: not at all (the block is in L2), the next block a
+// line per step (prefill: LineWalk), or its own stream 16 KiB ahead (decode, where the
+// weights come from DRAM as they are read: 7-12 % more GB/s than the hardware prefetchers alone
+// reached on a 2-core Zen 5 VM, any distance from 8 to 32 KiB).
+enum class Prefetch { kNone, kNextBlock, kAhead };
+constexpr int64_t kStreamAhead = 4096;  // 32-bit pairs
+
 // acc[r][v] += over pairs p in [p_begin, p_end): x[r] pair p (broadcast) . panel pair p, vector v.
 // Always inlined: called out of line, acc would live in memory.
-template <int R, int V, bool kMasked, bool kPrefetch = false>
+template <int R, int V, bool kMasked, Prefetch kPrefetch>
 LP_AVX512_BF16 __attribute__((always_inline)) inline void Accumulate(const uint32_t* x, int64_t ldx, const Panel& w,
                                                                      int64_t p_begin, int64_t p_end,
                                                                      __m512 (&acc)[R][V], LineWalk walk = {}) {
   const uint32_t* wp = w.base + (p_begin - w.p0) * w.stride;
   for (int64_t p = p_begin; p < p_end; ++p, wp += w.stride) {
-    if constexpr (kPrefetch) walk.Step();
+    if constexpr (kPrefetch == Prefetch::kNextBlock) walk.Step();
+    if constexpr (kPrefetch == Prefetch::kAhead) {
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) {
+        _mm_prefetch(reinterpret_cast<const char*>(wp + v * kLanes + kStreamAhead), _MM_HINT_T0);
+      }
+    }
     __m512i wv[V];
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) {
@@ -153,7 +166,7 @@ LP_AVX512_BF16 void Tile(const Avx512Bf16Problem& p, int64_t i, int64_t j, int64
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) acc[r][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + r * park_ld + v * kLanes);
   }
-  Accumulate<R, V, kMasked, true>(XPairs(p, i), XPairStride(p), w, p_begin, p_end, acc, walk);
+  Accumulate<R, V, kMasked, Prefetch::kNextBlock>(XPairs(p, i), XPairStride(p), w, p_begin, p_end, acc, walk);
   if (last) {
     Store<R, V>(p, i, j, cols, acc);
     return;
@@ -275,9 +288,9 @@ LP_AVX512_BF16 void StreamTile(const Avx512Bf16Problem& p, int64_t j, int64_t co
   if (p.w_tiled) {
     const Panel w = TiledPanel(p, j, cols, 0);
     if (NeedsMask(cols)) {
-      Accumulate<R, V, true>(XPairs(p, 0), XPairStride(p), w, 0, pairs, acc);
+      Accumulate<R, V, true, Prefetch::kAhead>(XPairs(p, 0), XPairStride(p), w, 0, pairs, acc);
     } else {
-      Accumulate<R, V, false>(XPairs(p, 0), XPairStride(p), w, 0, pairs, acc);
+      Accumulate<R, V, false, Prefetch::kAhead>(XPairs(p, 0), XPairStride(p), w, 0, pairs, acc);
     }
   } else if constexpr (R <= 2) {
     StreamRowMajorFew<R, V>(p, j, cols, acc);
@@ -289,7 +302,7 @@ LP_AVX512_BF16 void StreamTile(const Avx512Bf16Problem& p, int64_t j, int64_t co
       TransposeInline(p, j, cols, pb, pe, block, /*prefetch=*/true);
       Panel at = w;
       at.p0 = pb;
-      Accumulate<R, V, false>(XPairs(p, 0), XPairStride(p), at, pb, pe, acc);
+      Accumulate<R, V, false, Prefetch::kNone>(XPairs(p, 0), XPairStride(p), at, pb, pe, acc);
     }
   }
   Store<R, V>(p, 0, j, cols, acc);
