@@ -42,8 +42,6 @@ constexpr int64_t kBlockK = 1024;
 // (80-84 % at 4 MiB), at the cost of widening each weight block once per pass.
 constexpr int64_t kBlockRows = 512;
 constexpr int64_t kSuperBytes = int64_t{4} << 20;
-// How far ahead (in weight elements, 512 bytes of bf16) each weight row is prefetched.
-constexpr int64_t kPrefetchAhead = 256;
 
 inline __m256 WidenBf16(const uint16_t* p) { return Bf16x8ToF32(p); }
 
@@ -56,7 +54,7 @@ struct Bf16Rows {
   int64_t ld;
   __m256 Load(int c, int64_t q) const { return WidenBf16(w + c * ld + q); }
   void Prefetch(int c, int64_t q) const {
-    _mm_prefetch(reinterpret_cast<const char*>(w + c * ld + q + kPrefetchAhead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w + c * ld + q) + kRowPrefetchBytes, _MM_HINT_T0);
   }
 };
 struct F32Rows {
@@ -65,7 +63,7 @@ struct F32Rows {
   int64_t ld;
   __m256 Load(int c, int64_t q) const { return _mm256_loadu_ps(w + c * ld + q); }
   void Prefetch(int c, int64_t q) const {
-    _mm_prefetch(reinterpret_cast<const char*>(w + c * ld + q + kPrefetchAhead / 2), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w + c * ld + q) + kRowPrefetchBytes, _MM_HINT_T0);
   }
 };
 // Packed tile of C columns: for each step of 8 values, C vectors back to back; q is relative to the

@@ -62,9 +62,8 @@ struct InPlacePairs {
   const T* hi[kPairs];
   LP_AVX512F __m512 Load(int c, int64_t q) const { return LoadPair(lo[c] + q, hi[c] + q); }
   void Prefetch(int c, int64_t q) const {
-    constexpr int64_t kAhead = 512 / sizeof(T);  // 512 bytes, as the AVX2 kernel
-    _mm_prefetch(reinterpret_cast<const char*>(lo[c] + q + kAhead), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(hi[c] + q + kAhead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(lo[c] + q) + kRowPrefetchBytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(hi[c] + q) + kRowPrefetchBytes, _MM_HINT_T0);
   }
 };
 
