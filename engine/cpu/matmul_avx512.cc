@@ -46,9 +46,9 @@ constexpr int64_t kPackPairs = 2048;
 // and every pass streams all the weights again. A 512-row chunk of down_proj's x (15 MiB) in one pass
 // rather than four ran 3-6 % faster on a 2-core Zen 5 VM, q_proj at 4096 rows 1.5 %.
 constexpr int64_t kSuperBytes = int64_t{16} << 20;
-// How far ahead (in weight elements, 512 bytes) decode prefetches each row-major weight row: 16 to 48
-// rows read 64 bytes at a time are more streams than the hardware prefetchers follow. (2 KiB, which
-// suits the AVX2 order's 3 rows at a time, read ~30 % fewer GB/s here: 16 rows x 2 KiB crowd L1.)
+// How far ahead (in weight elements, 512 bytes) decode prefetches each row-major weight row: 16 rows
+// read 64 bytes at a time are more streams than the hardware prefetchers follow. (1-2 KiB, which suit
+// the AVX2 order's 3 rows at a time, read up to 10 % fewer GB/s here: 16 rows x 2 KiB crowd L1.)
 constexpr int64_t kPrefetchAhead = 256;
 
 LP_AVX512_BF16 inline __mmask16 LaneMask(int64_t lanes) {
@@ -337,9 +337,11 @@ int64_t GroupCols(const Avx512Bf16Problem& p, int64_t j, int64_t j_end) {
   return std::min(g0 + TileGroupRows(g0, p.n), j_end) - j;
 }
 
+// Row-major weights are read 16 rows at a time, not a group of 48: 48 rows advancing 64 bytes at a time
+// are more streams than a core keeps in flight (16 rows read 10-40 % more GB/s on a 2-core Zen 5 VM).
 void StreamColumns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_end) {
   for (int64_t j = j_begin; j < j_end;) {
-    const int64_t cols = GroupCols(p, j, j_end);
+    const int64_t cols = p.w_tiled ? GroupCols(p, j, j_end) : std::min<int64_t>(kLanes, j_end - j);
     kStreamTiles[p.m - 1][VectorsFor(cols) - 1](p, j, cols);
     j += cols;
   }
