@@ -104,43 +104,47 @@ TEST(AttentionRunnerTest, BitIdenticalAcrossThreadCountsAndPlans) {
   }
 }
 
-// The runner multiplies bf16 pairs exactly in the layers Bf16Pairs names (big GQA groups, where the CPU
+// The runner multiplies bf16 pairs exactly in the layers Bf16Pairs names (GQA groups, where the CPU
 // runs the matmuls on vdpbf16ps): its results are those of the products it chose, not the others'.
-TEST(AttentionRunnerTest, BigGqaGroupsMultiplyBf16PairsWhereTheCpuRunsThem) {
+TEST(AttentionRunnerTest, GqaGroupsMultiplyBf16PairsWhereTheCpuRunsThem) {
   EXPECT_EQ(AttentionRunner::Bf16Pairs(Precision::kBf16, 16, 1), AttentionBf16DotDefault());  // global layer
-  EXPECT_EQ(AttentionRunner::Bf16Pairs(Precision::kBf16, 8, 2), AttentionBf16DotDefault());   // a group of 4
-  EXPECT_FALSE(AttentionRunner::Bf16Pairs(Precision::kBf16, 16, 8));  // sliding layer: groups of 2
+  EXPECT_EQ(AttentionRunner::Bf16Pairs(Precision::kBf16, 16, 8), AttentionBf16DotDefault());  // sliding: groups of 2
+  EXPECT_FALSE(AttentionRunner::Bf16Pairs(Precision::kBf16, 8, 8));  // one query head a KV head
   EXPECT_FALSE(AttentionRunner::Bf16Pairs(Precision::kFp32, 16, 1));
 
-  const int heads = 16, hd = 64;
-  const int64_t n = 300, qw = heads * hd;
-  std::mt19937 rng(9);
-  std::normal_distribution<float> d(0.0f, 0.7f);
-  std::vector<float> q(n * qw), k(n * hd), v(n * hd);
-  for (float& x : q) x = d(rng);
-  for (float& x : k) x = Bf16ToF32(F32ToBf16(d(rng)));
-  for (float& x : v) x = Bf16ToF32(F32ToBf16(d(rng)));
-  // The whole chunk through the runner (2 threads), or through AttendHeads with the given products.
-  auto attend = [&](bool runner, bool pairs) {
-    LayerKvCache cache(false, 0, hd, Precision::kBf16);
-    std::vector<float> out(n * qw, NAN);
-    const AttentionChunk c{&cache, Precision::kBf16, 0, n, 0, q.data(), qw, k.data(), v.data(), hd, out.data(), qw};
-    if (runner) {
-      ThreadPool pool(2);
-      AttentionRunner().Run({c}, heads, 1, hd, pool);
-    } else {
-      AttentionScratch scratch;
-      scratch.bf16_dot = pairs;
-      AttendHeads(c, 0, heads, 0, hd, 0, n, scratch);
+  // The global layer's group of 16 and the sliding layers' group of 2, each over one KV head.
+  for (const int heads : {16, 2}) {
+    SCOPED_TRACE(heads);
+    const int hd = 64;
+    const int64_t n = 300, qw = heads * hd;
+    std::mt19937 rng(9);
+    std::normal_distribution<float> d(0.0f, 0.7f);
+    std::vector<float> q(n * qw), k(n * hd), v(n * hd);
+    for (float& x : q) x = d(rng);
+    for (float& x : k) x = Bf16ToF32(F32ToBf16(d(rng)));
+    for (float& x : v) x = Bf16ToF32(F32ToBf16(d(rng)));
+    // The whole chunk through the runner (2 threads), or through AttendHeads with the given products.
+    auto attend = [&](bool runner, bool pairs) {
+      LayerKvCache cache(false, 0, hd, Precision::kBf16);
+      std::vector<float> out(n * qw, NAN);
+      const AttentionChunk c{&cache, Precision::kBf16, 0, n, 0, q.data(), qw, k.data(), v.data(), hd, out.data(), qw};
+      if (runner) {
+        ThreadPool pool(2);
+        AttentionRunner().Run({c}, heads, 1, hd, pool);
+      } else {
+        AttentionScratch scratch;
+        scratch.bf16_dot = pairs;
+        AttendHeads(c, 0, heads, 0, hd, 0, n, scratch);
+      }
+      return out;
+    };
+    const std::vector<float> ran = attend(true, false);
+    const std::vector<float> chosen = attend(false, AttentionBf16DotDefault());
+    EXPECT_EQ(std::memcmp(ran.data(), chosen.data(), sizeof(float) * ran.size()), 0);
+    if (AttentionBf16DotDefault()) {
+      const std::vector<float> fp32 = attend(false, false);
+      EXPECT_NE(std::memcmp(ran.data(), fp32.data(), sizeof(float) * ran.size()), 0);
     }
-    return out;
-  };
-  const std::vector<float> ran = attend(true, false);
-  const std::vector<float> chosen = attend(false, AttentionBf16DotDefault());
-  EXPECT_EQ(std::memcmp(ran.data(), chosen.data(), sizeof(float) * ran.size()), 0);
-  if (AttentionBf16DotDefault()) {
-    const std::vector<float> fp32 = attend(false, false);
-    EXPECT_NE(std::memcmp(ran.data(), fp32.data(), sizeof(float) * ran.size()), 0);
   }
 }
 
