@@ -20,6 +20,7 @@
 
 #include "engine/cpu/avx512_transpose.h"
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/cpu/matmul_prefetch.h"
 #include "engine/cpu/tile_table.h"
 #include "engine/model/tiled_rows.h"
 
@@ -80,28 +81,11 @@ Panel TiledPanel(const Avx512Bf16Problem& p, int64_t j, int64_t cols, int64_t p0
 }
 inline bool NeedsMask(int64_t cols) { return cols % kLanes != 0; }
 
-// Prefetch into L2 a step at a time, `inc` bytes on each step, over ranges of `bytes`, `stride` apart.
-// One line per step of a tile's arithmetic rather than hundreds at the start of each tile: at 64-row
-// prefill a burst of ~700 lines per tile left the next block late (Zen 4+ drops T1 prefetches that do
-// not find a free miss buffer); spread out, m = 64 ran 8-11 % faster on a 2-core Zen 5 VM.
-struct LineWalk {
-  const char* row;
-  int64_t offset;
-  int64_t bytes;
-  int64_t stride;
-  int64_t inc;
-  LP_AVX512_BF16 __attribute__((always_inline)) inline void Step() {
-    _mm_prefetch(row + offset, _MM_HINT_T1);
-    offset += inc;
-    if (offset >= bytes) {
-      offset -= bytes;
-      row += stride;
-    }
-  }
-};
-
 // How a tile prefetches weights while it computes: not at all (the block is in L2), the next block a
-// line per step (prefill: LineWalk), or its own stream 16 KiB ahead (decode, where the
+// line per step (prefill: a LineWalk, one line per step of a tile's arithmetic rather than hundreds at
+// the start of each tile: at 64-row prefill a burst of ~700 lines per tile left the next block late, as
+// Zen 4+ drops T1 prefetches that find no free miss buffer; spread out, m = 64 ran 8-11 % faster on a
+// 2-core Zen 5 VM), or its own stream 16 KiB ahead (decode, where the
 // weights come from DRAM as they are read: 7-12 % more GB/s than the hardware prefetchers alone
 // reached on a 2-core Zen 5 VM, any distance from 8 to 32 KiB).
 enum class Prefetch { kNone, kNextBlock, kAhead };

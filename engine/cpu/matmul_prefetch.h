@@ -4,7 +4,9 @@
 // 512-row prefill GEMM on the AVX-512F path (matmul_avx512f.cc). Many lines per call cost more than
 // they save: each outstanding line holds a fill buffer that the tiles' x loads from L2 also need (with
 // 64-row passes, 12 lines per call made the arithmetic ~10 % slower); 256-row passes need ~3. The AVX2
-// path (68-row passes at down_proj's k) gained ~5 % from it on a 2-core Zen 5 VM.
+// path (68-row passes at down_proj's k) gained ~5 % from it on a 2-core Zen 5 VM. The AVX-512 BF16
+// kernel, which reads its blocks in place, walks the next block a line per step of its tiles instead
+// (LineWalk, shared).
 #ifndef LAYERPIPE_ENGINE_CPU_MATMUL_PREFETCH_H_
 #define LAYERPIPE_ENGINE_CPU_MATMUL_PREFETCH_H_
 
@@ -16,6 +18,24 @@
 #include "engine/cpu/matmul_kernels.h"
 
 namespace layerpipe::matmul_internal {
+
+// Prefetch into L2 a step at a time, `inc` bytes on each step, over ranges of `bytes`, `stride` apart
+// (after the last range it goes on into whatever follows: a prefetch cannot fault).
+struct LineWalk {
+  const char* row;
+  int64_t offset;
+  int64_t bytes;
+  int64_t stride;
+  int64_t inc;
+  __attribute__((always_inline)) inline void Step() {
+    _mm_prefetch(row + offset, _MM_HINT_T1);
+    offset += inc;
+    if (offset >= bytes) {
+      offset -= bytes;
+      row += stride;
+    }
+  }
+};
 
 class NextBlockPrefetch {
  public:
@@ -29,27 +49,20 @@ class NextBlockPrefetch {
     const int64_t q_begin = k_ends ? 0 : q0 + block_k, q_end = std::min(q_begin + block_k, p.k);
     const int64_t cols = std::clamp<int64_t>(j_end - j, 0, block_cols);
     const int64_t elem = p.w_is_bf16 ? 2 : 4;
-    row_ = static_cast<const char*>(p.w) + (j * p.k + q_begin) * elem;
-    row_bytes_ = p.k * elem;
-    lines_per_row_ = ((q_end - q_begin) * elem + 63) / 64;
-    rows_left_ = lines_per_row_ > 0 ? cols : 0;
-    per_call_ = calls > 0 ? (cols * lines_per_row_ + calls - 1) / calls : 0;
+    const int64_t lines_per_row = ((q_end - q_begin) * elem + 63) / 64;
+    walk_ = LineWalk{static_cast<const char*>(p.w) + (j * p.k + q_begin) * elem, 0, lines_per_row * 64, p.k * elem,
+                     64};
+    lines_left_ = cols * lines_per_row;
+    per_call_ = calls > 0 ? (lines_left_ + calls - 1) / calls : 0;
   }
 
   void Step() {
-    for (int64_t e = 0; e < per_call_ && rows_left_ > 0; ++e) {
-      _mm_prefetch(row_ + line_ * 64, _MM_HINT_T1);
-      if (++line_ == lines_per_row_) {
-        line_ = 0;
-        row_ += row_bytes_;
-        --rows_left_;
-      }
-    }
+    for (int64_t e = 0; e < per_call_ && lines_left_ > 0; ++e, --lines_left_) walk_.Step();
   }
 
  private:
-  const char* row_;
-  int64_t row_bytes_ = 0, lines_per_row_ = 0, rows_left_ = 0, per_call_ = 0, line_ = 0;
+  LineWalk walk_;
+  int64_t lines_left_ = 0, per_call_ = 0;
 };
 
 }  // namespace layerpipe::matmul_internal
