@@ -113,30 +113,31 @@ inline void ZeroAcc(__m256 (&acc)[R][C]) {
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
 }
 
+// y[r * ldy + c * step] for the tile's rows r and columns c.
 template <int R, int C>
-inline void StoreSums(const __m256 (&acc)[R][C], float* y, int64_t ldy) {
+inline void StoreSums(const __m256 (&acc)[R][C], float* y, int64_t ldy, int64_t step = 1) {
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) y[r * ldy + c] = HorizontalSum(acc[r][c]);
+    for (int c = 0; c < C; ++c) y[r * ldy + c * step] = HorizontalSum(acc[r][c]);
 }
 
-// Streaming path: whole k per tile, weights read in place.
+// Streaming path: whole k per tile, weights read in place; the tile's columns are j, j + step, ...
 template <int R, int C>
-void StreamTile(const Avx2Problem& p, int64_t i, int64_t j) {
+void StreamTile(const Avx2Problem& p, int64_t i, int64_t j, int64_t step) {
   __m256 acc[R][C];
   ZeroAcc(acc);
   const float* x = p.x + i * p.ldx;
   const int64_t k_full = p.k / kAvx2KStep * kAvx2KStep;
   if (p.w_is_bf16) {
-    Accumulate(x, p.ldx, 0, Bf16Rows{static_cast<const uint16_t*>(p.w) + j * p.k, p.k}, 0, k_full, acc);
+    Accumulate(x, p.ldx, 0, Bf16Rows{static_cast<const uint16_t*>(p.w) + j * p.k, step * p.k}, 0, k_full, acc);
   } else {
-    Accumulate(x, p.ldx, 0, F32Rows{static_cast<const float*>(p.w) + j * p.k, p.k}, 0, k_full, acc);
+    Accumulate(x, p.ldx, 0, F32Rows{static_cast<const float*>(p.w) + j * p.k, step * p.k}, 0, k_full, acc);
   }
   if (k_full < p.k) {  // ragged end of k: zero-padded copy, matching x's zero padding
     alignas(32) float packed[kAvx2KStep * C];
-    PackColumns(p, j, C, C, k_full, kAvx2KStep, packed);
+    PackColumns(p, j, C, C, k_full, kAvx2KStep, packed, step);
     Accumulate(x, p.ldx, k_full, PackedCols<C>{packed}, 0, kAvx2KStep, acc);
   }
-  StoreSums(acc, p.y + i * p.n + j, p.n);
+  StoreSums(acc, p.y + i * p.n + j, p.n, step);
 }
 
 // Blocked path: one k block of one tile against packed weights; partial sums live in `park`
@@ -160,7 +161,7 @@ void BlockTile(const Avx2Problem& p, int64_t i, int64_t j, int64_t q0, int64_t l
   }
 }
 
-using StreamFn = void (*)(const Avx2Problem&, int64_t, int64_t);
+using StreamFn = void (*)(const Avx2Problem&, int64_t, int64_t, int64_t);
 using BlockFn = void (*)(const Avx2Problem&, int64_t, int64_t, int64_t, int64_t, const float*, float*,
                          int64_t, bool, bool);
 
@@ -176,13 +177,12 @@ constexpr auto kStreamTiles = TileTable<StreamEntry, kRows, kCols>();
 constexpr auto kBlockTiles = TileTable<BlockEntry, kRows, kCols>();
 
 void StreamColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
-  for (int64_t j = j_begin; j < j_end; j += kCols) {
-    const int64_t cols = std::min<int64_t>(kCols, j_end - j);
+  ForSegmentedTiles(j_begin, j_end, kCols, [&p](int64_t j, int64_t step, int64_t cols) {
     for (int64_t i = 0; i < p.m; i += kRows) {
       const int64_t rows = std::min<int64_t>(kRows, p.m - i);
-      kStreamTiles[rows - 1][cols - 1](p, i, j);
+      kStreamTiles[rows - 1][cols - 1](p, i, j, step);
     }
-  }
+  });
 }
 
 void BlockedRows(const Avx2Problem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
@@ -225,7 +225,8 @@ void BlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
 
 }  // namespace
 
-void PackColumns(const Avx2Problem& p, int64_t j, int64_t cols, int64_t stride, int64_t q0, int64_t len, float* out) {
+void PackColumns(const Avx2Problem& p, int64_t j, int64_t cols, int64_t stride, int64_t q0, int64_t len, float* out,
+                 int64_t step) {
   const int64_t full_end = std::clamp(p.k / kAvx2KStep * kAvx2KStep, q0, q0 + len);
   for (int64_t c = 0; c < stride; ++c) {
     float* dst = out + c * kAvx2KStep;
@@ -233,7 +234,7 @@ void PackColumns(const Avx2Problem& p, int64_t j, int64_t cols, int64_t stride, 
       for (int64_t q = 0; q < len; q += kAvx2KStep) std::memset(dst + q * stride, 0, kAvx2KStep * sizeof(float));
       continue;
     }
-    const int64_t row = (j + c) * p.k;
+    const int64_t row = (j + c * step) * p.k;
     int64_t q = q0;
     if (p.w_is_bf16) {
       const uint16_t* w = static_cast<const uint16_t*>(p.w) + row;

@@ -124,15 +124,15 @@ LP_AVX512F void Tile(const float* x, int64_t ldx, const float* tile, int64_t len
   }
 }
 
-// Streaming: rows [i, i + R) x columns [j, j + cols) over the whole k, weights read in place; the
-// ragged end of k goes through a packed copy, zero past k like x.
+// Streaming: rows [i, i + R) x columns j, j + step, .. (cols of them) over the whole k, weights read in
+// place; the ragged end of k goes through a packed copy, zero past k like x.
 template <int R, int P, typename T>
-LP_AVX512F void StreamTileOf(const Avx2Problem& p, int64_t i, int64_t j, int64_t cols) {
+LP_AVX512F void StreamTileOf(const Avx2Problem& p, int64_t i, int64_t j, int64_t cols, int64_t step) {
   const T* w = static_cast<const T*>(p.w);
   InPlacePairs<T> src;
   for (int c = 0; c < P; ++c) {
-    src.lo[c] = w + (j + 2 * c) * p.k;
-    src.hi[c] = 2 * c + 1 < cols ? src.lo[c] + p.k : src.lo[c];
+    src.lo[c] = w + (j + 2 * c * step) * p.k;
+    src.hi[c] = 2 * c + 1 < cols ? src.lo[c] + step * p.k : src.lo[c];
   }
   __m512 acc[R][P];
 #pragma GCC unroll 8
@@ -145,24 +145,33 @@ LP_AVX512F void StreamTileOf(const Avx2Problem& p, int64_t i, int64_t j, int64_t
   Accumulate(x, p.ldx, 0, src, 0, k_full, acc);
   if (k_full < p.k) {
     alignas(64) float packed[kAvx2KStep * kCols];
-    PackColumns(p, j, cols, kCols, k_full, kAvx2KStep, packed);
+    PackColumns(p, j, cols, kCols, k_full, kAvx2KStep, packed, step);
     Accumulate(x, p.ldx, k_full, PackedPairs{packed}, 0, kAvx2KStep, acc);
   }
-  StoreSums(acc, p.y + i * p.n + j, p.n, cols);
+  float* y = p.y + i * p.n + j;
+  if (step == 1) {
+    StoreSums(acc, y, p.n, cols);
+    return;
+  }
+  alignas(64) float sums[R][16];
+  StoreSums(acc, &sums[0][0], 16, cols);
+  for (int r = 0; r < R; ++r) {
+    for (int64_t c = 0; c < cols; ++c) y[r * p.n + c * step] = sums[r][c];
+  }
 }
 
 template <int R, int P>
-void StreamTile(const Avx2Problem& p, int64_t i, int64_t j, int64_t cols) {
+void StreamTile(const Avx2Problem& p, int64_t i, int64_t j, int64_t cols, int64_t step) {
   if (p.w_is_bf16) {
-    StreamTileOf<R, P, uint16_t>(p, i, j, cols);
+    StreamTileOf<R, P, uint16_t>(p, i, j, cols, step);
   } else {
-    StreamTileOf<R, P, float>(p, i, j, cols);
+    StreamTileOf<R, P, float>(p, i, j, cols, step);
   }
 }
 
 using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, bool, bool, float*, int64_t,
                         int64_t);
-using StreamFn = void (*)(const Avx2Problem&, int64_t, int64_t, int64_t);
+using StreamFn = void (*)(const Avx2Problem&, int64_t, int64_t, int64_t, int64_t);
 
 template <int R, int P>
 struct TileEntry {
@@ -242,12 +251,11 @@ void Avx512FBlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end)
 }
 
 void Avx512FStreamColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
-  for (int64_t j = j_begin; j < j_end; j += kStreamCols) {
-    const int64_t cols = std::min<int64_t>(kStreamCols, j_end - j);
+  ForSegmentedTiles(j_begin, j_end, kStreamCols, [&p](int64_t j, int64_t step, int64_t cols) {
     for (int64_t i = 0; i < p.m; i += kStreamRows) {
-      kStreamTiles[std::min<int64_t>(kStreamRows, p.m - i) - 1][(cols + 1) / 2 - 1](p, i, j, cols);
+      kStreamTiles[std::min<int64_t>(kStreamRows, p.m - i) - 1][(cols + 1) / 2 - 1](p, i, j, cols, step);
     }
-  }
+  });
 }
 
 }  // namespace layerpipe::matmul_internal

@@ -39,10 +39,26 @@ struct Avx2Problem {
 
 // Computes y[:, j_begin:j_end).
 void Avx2Columns(const Avx2Problem& p, int64_t j_begin, int64_t j_end);
-// Packs weight columns [j, j + cols) over k values [q0, q0 + len) (len a multiple of 8) as fp32: for each
-// step of 8 values, `stride` vectors of 8 back to back (column c at c * 8). Columns from cols to stride
-// and values past k are zero, matching x's zero padding.
-void PackColumns(const Avx2Problem& p, int64_t j, int64_t cols, int64_t stride, int64_t q0, int64_t len, float* out);
+// Packs weight columns j, j + step, .. (`cols` of them) over k values [q0, q0 + len) (len a multiple of 8)
+// as fp32: for each step of 8 values, `stride` vectors of 8 back to back (column c at c * 8). Columns
+// from cols to stride and values past k are zero, matching x's zero padding.
+void PackColumns(const Avx2Problem& p, int64_t j, int64_t cols, int64_t stride, int64_t q0, int64_t len, float* out,
+                 int64_t step = 1);
+
+// Decode and short chunks read weights in place, a tile's columns one weight row each. Taken from
+// `segments` equal parts of a thread's columns (the t-th tile reads row t of each part), a tile's rows
+// continue where the previous tile's ended: that many long sequential streams instead of the same
+// number of short ones restarting at every tile, which the hardware prefetchers follow much better.
+// On a 2-core Zen 5 VM, m = 1, against a plain read of the same bytes: AVX2 kernel 59-87 % tile by tile,
+// 85-104 % segmented (42-61 -> 76-85 GB/s); its AVX-512F form 64-87 % -> 79-99 %. Calls
+// tile(j, step, cols) for every tile of columns j, j + step, .. (cols of them); the columns past the
+// whole parts go in tiles of adjacent ones.
+template <typename TileFn>
+void ForSegmentedTiles(int64_t j_begin, int64_t j_end, int segments, TileFn&& tile) {
+  const int64_t part = (j_end - j_begin) / segments;
+  for (int64_t t = 0; t < part; ++t) tile(j_begin + t, part, segments);
+  for (int64_t j = j_begin + part * segments; j < j_end; j += segments) tile(j, 1, std::min<int64_t>(segments, j_end - j));
+}
 // The blocked and streaming paths of Avx2Columns on AVX-512F registers, bit for bit the same. Only call
 // when the CPU supports AVX-512F.
 void Avx512FBlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end);

@@ -286,14 +286,15 @@ TEST(MatmulTest, ResultsIndependentOfThreadCount) {
 // Weights stored tiled at load (engine/model/tiled_rows.h) are read in place by both paths of the
 // AVX-512 BF16 kernel; the results are those of the row-major weights, bit for bit: partial row groups
 // (n not a multiple of 48, groups of fewer than 16 rows), k not a multiple of 32 and k in one, two or
-// three chunks, any thread count.
+// three chunks, any thread count, and decode's pairs of whole groups from the two halves of a thread's
+// groups (247 rows: 5 whole groups and 7 rows; a thread's range may start or end inside a group).
 TEST(MatmulTest, TiledWeightsGiveTheRowMajorBits) {
   if (!CpuSupportsAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   std::vector<std::unique_ptr<ThreadPool>> pools;
   for (int t : {1, 3}) pools.push_back(std::make_unique<ThreadPool>(t));
   for (int64_t k : {2, 34, 96, 4160, 9024}) {
-    for (int64_t n : {1, 5, 16, 17, 48, 50, 101}) {
-      for (int64_t m : {1, 2, 3, 5, 8, 9, 17, 64, 130}) {
+    for (int64_t n : {1, 5, 16, 17, 48, 50, 101, 247}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17, 64, 130}) {
         const Problem p = MakeProblem(m, k, n, static_cast<uint32_t>(k * 31 + n * 7 + m));
         std::vector<uint16_t> tiled = p.w;
         TileRowsInPlace(tiled.data(), n, k);
