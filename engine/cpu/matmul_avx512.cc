@@ -147,14 +147,22 @@ inline const uint32_t* XPairs(const Avx512Bf16Problem& p, int64_t i) {
 inline int64_t XPairStride(const Avx512Bf16Problem& p) { return p.ldx / 2; }
 inline int64_t Pairs(const Avx512Bf16Problem& p) { return (p.k + 1) / 2; }
 
-// y[i + r][j + 16v + lane] = acc[r][v][lane] for the first `cols` columns.
+// y[i + r][j + (16v + lane) * step] = acc[r][v][lane] for the first `cols` columns.
 template <int R, int V>
-LP_AVX512_BF16 void Store(const Avx512Bf16Problem& p, int64_t i, int64_t j, int64_t cols, const __m512 (&acc)[R][V]) {
+LP_AVX512_BF16 void Store(const Avx512Bf16Problem& p, int64_t i, int64_t j, int64_t cols, const __m512 (&acc)[R][V],
+                          int64_t step = 1) {
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
+    float* y = p.y + (i + r) * p.n + j;
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) {
-      _mm512_mask_storeu_ps(p.y + (i + r) * p.n + j + v * kLanes, LaneMask(cols - v * kLanes), acc[r][v]);
+      if (step == 1) {
+        _mm512_mask_storeu_ps(y + v * kLanes, LaneMask(cols - v * kLanes), acc[r][v]);
+        continue;
+      }
+      alignas(64) float lanes[kLanes];
+      _mm512_store_ps(lanes, acc[r][v]);
+      for (int64_t l = 0; l < std::min<int64_t>(kLanes, cols - v * kLanes); ++l) y[(v * kLanes + l) * step] = lanes[l];
     }
   }
 }
@@ -183,42 +191,44 @@ LP_AVX512_BF16 void Tile(const Avx512Bf16Problem& p, int64_t i, int64_t j, int64
   }
 }
 
-// Row-major weight rows [j, j + rows) (rows <= 16), pairs [pb, pb + 16) of each, one row a register,
-// transposed: r[q] holds pair pb + q of the 16 rows. Values past k read as zeros, as x's padding
-// does, so a pair straddling k's end is (w, 0) and pairs past it add exact zeros.
+// Row-major weight rows j, j + step, .. (rows <= 16 of them), pairs [pb, pb + 16) of each, one row a
+// register, transposed: r[q] holds pair pb + q of the 16 rows. Values past k read as zeros, as x's
+// padding does, so a pair straddling k's end is (w, 0) and pairs past it add exact zeros.
 LP_AVX512_BF16 __attribute__((always_inline)) inline void LoadPairs16(const Avx512Bf16Problem& p, int64_t j, int64_t rows,
-                                                                      int64_t pb, bool prefetch, __m512i (&r)[kLanes]) {
+                                                                      int64_t pb, bool prefetch, __m512i (&r)[kLanes],
+                                                                      int64_t step) {
   const int64_t values = std::clamp<int64_t>(p.k - 2 * pb, 0, 2 * kLanes);
   const __mmask32 mask = static_cast<__mmask32>((uint64_t{1} << values) - 1);
   const uint16_t* src = p.w + j * p.k + 2 * pb;
+  const int64_t ld = step * p.k;
   if (rows == kLanes && values == 2 * kLanes) {  // the common case, without a check per row
 #pragma GCC unroll 16
-    for (int row = 0; row < kLanes; ++row, src += p.k) {
+    for (int row = 0; row < kLanes; ++row, src += ld) {
       if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(src + kPrefetchAhead), _MM_HINT_T0);
       r[row] = _mm512_loadu_si512(src);
     }
   } else {
 #pragma GCC unroll 16
-    for (int row = 0; row < kLanes; ++row, src += p.k) {
+    for (int row = 0; row < kLanes; ++row, src += ld) {
       r[row] = row < rows ? _mm512_maskz_loadu_epi16(mask, src) : _mm512_setzero_si512();
     }
   }
   avx512_transpose::Transpose16(r);
 }
 
-// Row-major weight rows [j, j + cols) over pairs [p_begin, p_end) (p_begin a multiple of 16) into
-// `out` in the pair order, kTileRows lanes a pair (lanes past cols are not written); `prefetch` for
-// decode, where the rows come from DRAM as they are read.
+// Row-major weight rows j, j + step, .. (cols of them) over pairs [p_begin, p_end) (p_begin a multiple
+// of 16) into `out` in the pair order, kTileRows lanes a pair (lanes past cols are not written);
+// `prefetch` for decode, where the rows come from DRAM as they are read.
 // Inlined where accumulators are live across it (a call would spill them: every zmm register is
 // caller-saved); Transpose is the out-of-line copy.
 LP_AVX512_BF16 __attribute__((always_inline)) inline void TransposeInline(const Avx512Bf16Problem& p, int64_t j,
                                                                           int64_t cols, int64_t p_begin,
                                                                           int64_t p_end, uint32_t* out,
-                                                                          bool prefetch) {
+                                                                          bool prefetch, int64_t step = 1) {
   for (int64_t v = 0; v * kLanes < cols; ++v) {
     for (int64_t pb = p_begin; pb < p_end; pb += kLanes) {
       __m512i r[kLanes];
-      LoadPairs16(p, j + v * kLanes, std::min<int64_t>(kLanes, cols - v * kLanes), pb, prefetch, r);
+      LoadPairs16(p, j + v * kLanes * step, std::min<int64_t>(kLanes, cols - v * kLanes), pb, prefetch, r, step);
       const int64_t count = std::min<int64_t>(kLanes, p_end - pb);
       for (int64_t q = 0; q < count; ++q) _mm512_store_si512(out + (pb - p_begin + q) * kTileRows + v * kLanes, r[q]);
     }
@@ -250,7 +260,8 @@ LP_AVX512_BF16 __attribute__((always_inline)) inline void FeedPairs(const uint32
 // for more rows, whose accumulators would not fit beside the 16 registers). Full blocks of 16 pairs
 // run without a bound check so the accumulators stay in registers.
 template <int R, int V>
-LP_AVX512_BF16 void StreamRowMajorFew(const Avx512Bf16Problem& p, int64_t j, int64_t cols, __m512 (&acc)[R][V]) {
+LP_AVX512_BF16 void StreamRowMajorFew(const Avx512Bf16Problem& p, int64_t j, int64_t cols, int64_t step,
+                                      __m512 (&acc)[R][V]) {
   const int64_t pairs = Pairs(p);
   const uint32_t* x = XPairs(p, 0);
   const int64_t ldx = XPairStride(p);
@@ -265,7 +276,8 @@ LP_AVX512_BF16 void StreamRowMajorFew(const Avx512Bf16Problem& p, int64_t j, int
 #pragma GCC unroll 3
     for (int v = 0; v < V; ++v) {
       __m512i r[kLanes];
-      LoadPairs16(p, j + v * kLanes, std::min<int64_t>(kLanes, cols - v * kLanes), pb, /*prefetch=*/true, r);
+      LoadPairs16(p, j + v * kLanes * step, std::min<int64_t>(kLanes, cols - v * kLanes), pb, /*prefetch=*/true, r,
+                  step);
       if (count == kLanes) {
         FeedPairs<R, true>(x, ldx, pb, count, r, a[v]);
       } else {
@@ -280,9 +292,10 @@ LP_AVX512_BF16 void StreamRowMajorFew(const Avx512Bf16Problem& p, int64_t j, int
   }
 }
 
-// Decode: all m rows x one group of columns, over the whole of k.
+// Decode: all m rows x one group of columns (row-major weights: columns j, j + step, ..), over the whole
+// of k.
 template <int R, int V>
-LP_AVX512_BF16 void StreamTile(const Avx512Bf16Problem& p, int64_t j, int64_t cols) {
+LP_AVX512_BF16 void StreamTile(const Avx512Bf16Problem& p, int64_t j, int64_t cols, int64_t step) {
   __m512 acc[R][V];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -298,19 +311,19 @@ LP_AVX512_BF16 void StreamTile(const Avx512Bf16Problem& p, int64_t j, int64_t co
       Accumulate<R, V, false, Prefetch::kAhead>(XPairs(p, 0), XPairStride(p), w, 0, pairs, acc);
     }
   } else if constexpr (R <= 2) {
-    StreamRowMajorFew<R, V>(p, j, cols, acc);
+    StreamRowMajorFew<R, V>(p, j, cols, step, acc);
   } else {
     alignas(64) uint32_t block[kStreamPairs * kTileRows];
     const Panel w = MakePanel(block, 0, kTileRows, cols);
     for (int64_t pb = 0; pb < pairs; pb += kStreamPairs) {
       const int64_t pe = std::min(pairs, pb + kStreamPairs);
-      TransposeInline(p, j, cols, pb, pe, block, /*prefetch=*/true);
+      TransposeInline(p, j, cols, pb, pe, block, /*prefetch=*/true, step);
       Panel at = w;
       at.p0 = pb;
       Accumulate<R, V, false, Prefetch::kNone>(XPairs(p, 0), XPairStride(p), at, pb, pe, acc);
     }
   }
-  Store<R, V>(p, 0, j, cols, acc);
+  Store<R, V>(p, 0, j, cols, acc, step);
 }
 
 // Decode on tiled weights: all m rows x two whole groups, [ja, ja + 48) and [jb, jb + 48), over the
@@ -332,7 +345,7 @@ LP_AVX512_BF16 void StreamGroupPair(const Avx512Bf16Problem& p, int64_t ja, int6
   Store<R, kVectors>(p, 0, jb, kTileRows, acc[1]);
 }
 
-using StreamFn = void (*)(const Avx512Bf16Problem&, int64_t, int64_t);
+using StreamFn = void (*)(const Avx512Bf16Problem&, int64_t, int64_t, int64_t);
 using PairFn = void (*)(const Avx512Bf16Problem&, int64_t, int64_t);
 using TileFn = void (*)(const Avx512Bf16Problem&, int64_t, int64_t, int64_t, const Panel&, int64_t, int64_t, float*,
                         int64_t, LineWalk);
@@ -365,12 +378,21 @@ int64_t GroupCols(const Avx512Bf16Problem& p, int64_t j, int64_t j_end) {
   return std::min(g0 + TileGroupRows(g0, p.n), j_end) - j;
 }
 
-// Row-major weights are read 16 rows at a time, not a group of 48: 48 rows advancing 64 bytes at a time
-// are more streams than a core keeps in flight (16 rows read 10-40 % more GB/s on a 2-core Zen 5 VM).
+// Row-major weights are read 16 rows at a time, not a group of 48 (48 rows advancing 64 bytes at a time
+// are more streams than a core keeps in flight: 16 rows read 10-40 % more GB/s on a 2-core Zen 5 VM),
+// the 16 from 16 parts of the thread's columns, so that each continues where the last tile's ended
+// (ForSegmentedTiles): on a 2-core Zen 5 VM, alternating runs, m = 1 read 5-10 % more GB/s (still only
+// ~50-65 % of a plain read: the transposes), m = 8 22 -> 28-31 GB/s. Tiled weights, a group at a time.
 void StreamColumns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_end) {
+  if (!p.w_tiled) {
+    ForSegmentedTiles(j_begin, j_end, kLanes, [&p](int64_t j, int64_t step, int64_t cols) {
+      kStreamTiles[p.m - 1][0](p, j, cols, step);
+    });
+    return;
+  }
   for (int64_t j = j_begin; j < j_end;) {
-    const int64_t cols = p.w_tiled ? GroupCols(p, j, j_end) : std::min<int64_t>(kLanes, j_end - j);
-    kStreamTiles[p.m - 1][VectorsFor(cols) - 1](p, j, cols);
+    const int64_t cols = GroupCols(p, j, j_end);
+    kStreamTiles[p.m - 1][VectorsFor(cols) - 1](p, j, cols, 1);
     j += cols;
   }
 }
