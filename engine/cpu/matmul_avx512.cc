@@ -404,12 +404,12 @@ void StreamColumns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_end) {
 // pairs run without software prefetch, which made them 5-15 % slower there. A thread's first and last
 // group may be partial (ranges split groups; the matrix's last may be short), and go alone.
 void StreamTiledColumns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_end) {
-  const int64_t full_begin = std::min(RoundUp(j_begin, kTileRows), j_end);
-  const int64_t full_end = std::max(full_begin, j_end / kTileRows * kTileRows);
   if (p.m > kPairRowsMax) {
     StreamColumns(p, j_begin, j_end);
     return;
   }
+  const int64_t full_begin = std::min(RoundUp(j_begin, kTileRows), j_end);
+  const int64_t full_end = std::max(full_begin, j_end / kTileRows * kTileRows);
   StreamColumns(p, j_begin, full_begin);
   ForSegmentedTiles(full_begin / kTileRows, full_end / kTileRows, 2, [&p](int64_t g, int64_t step, int64_t groups) {
     if (groups == 2) {
