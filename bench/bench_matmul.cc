@@ -61,8 +61,8 @@ class PagedArray {
   std::vector<T> heap_;
 };
 
-// Sum of floats [b, e) of `buf` (b, e multiples of 32): a plain sequential read, one
-// stream, as fast as a core issues loads.
+// Sum of floats [b, e) of `buf` (b, e multiples of 32): a plain sequential read, one stream, as fast
+// as a core issues loads.
 __m256 ReadSum(const float* buf, int64_t b, int64_t e) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (int64_t i = b; i < e; i += 32) {

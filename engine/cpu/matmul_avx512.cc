@@ -132,6 +132,7 @@ LP_AVX512_BF16 __attribute__((always_inline)) inline void AccumulateStreams(cons
   }
 }
 
+// One panel: acc viewed as the single stream's accumulators (the same array, one level deeper).
 template <int R, int V, bool kMasked, Prefetch kPrefetch>
 LP_AVX512_BF16 __attribute__((always_inline)) inline void Accumulate(const uint32_t* x, int64_t ldx, const Panel& w,
                                                                      int64_t p_begin, int64_t p_end,
