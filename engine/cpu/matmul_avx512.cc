@@ -43,10 +43,13 @@ constexpr int64_t kStreamMaxRows = kTileRowsX;
 constexpr int64_t kStreamPairs = kLanes;
 // Most pairs of k in a prefill block: 48 rows x 2048 pairs are 384 KiB (of a 1 MiB L2).
 constexpr int64_t kPackPairs = 2048;
-// Bytes of x per pass over all column groups: every group reads them again (from L3 while they fit),
-// and every pass streams all the weights again. A 512-row chunk of down_proj's x (15 MiB) in one pass
-// rather than four ran 3-6 % faster on a 2-core Zen 5 VM, q_proj at 4096 rows 1.5 %.
-constexpr int64_t kSuperBytes = int64_t{16} << 20;
+// Rows of x per pass over all column groups: every group reads them again (from L3 while they fit),
+// and every pass streams all the weights again. At most kPassBytes of x and kPassRows rows: on a 2-core
+// Zen 5 VM a 512-row chunk of down_proj's x (15 MiB) in one pass ran 3-6 % faster than in four, while
+// 4096 rows of the k = 3840 shapes ran 4-13 % faster (alternating calls) in passes of 256-512 rows than
+// in passes of 16 MiB (2184 rows): x that large does not stay in L3 beside the y each pass writes.
+constexpr int64_t kPassBytes = int64_t{16} << 20;
+constexpr int64_t kPassRows = 512;
 // How far ahead (in weight elements, 512 bytes) decode prefetches each row-major weight row: 16 rows
 // read 64 bytes at a time are more streams than the hardware prefetchers follow. (1-2 KiB, which suit
 // the AVX2 order's 3 rows at a time, read up to 10 % fewer GB/s here: 16 rows x 2 KiB crowd L1.)
@@ -501,12 +504,14 @@ void Avx512Bf16Columns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_en
       StreamColumns(p, j_begin, j_end);
     }
   } else {
-    // Rows are taken kSuperBytes of x at a time (2184 rows at k = 3840, 544 at 15360), so they stay in L3
+    // Rows are taken in equal passes of at most kPassRows rows and kPassBytes of x, so they stay in L3
     // while every column group passes over them, at the cost of streaming (row-major: transposing) each
-    // weight group once per pass.
+    // weight group once per pass. Equal, so that no pass is a short one with little reuse of each block.
     const int64_t row_bytes = RoundUp(p.k, kAvx512XPad) * 2;
-    const int64_t super_rows = std::max<int64_t>(kTileRowsX, kSuperBytes / row_bytes / kTileRowsX * kTileRowsX);
-    for (int64_t i = 0; i < p.m; i += super_rows) BlockedColumns(p, i, std::min(p.m, i + super_rows), j_begin, j_end);
+    const int64_t most_rows = std::clamp<int64_t>(kPassBytes / row_bytes, kTileRowsX, kPassRows);
+    const int64_t passes = (p.m + most_rows - 1) / most_rows;
+    const int64_t pass_rows = RoundUp((p.m + passes - 1) / passes, kTileRowsX);
+    for (int64_t i = 0; i < p.m; i += pass_rows) BlockedColumns(p, i, std::min(p.m, i + pass_rows), j_begin, j_end);
   }
 }
 
