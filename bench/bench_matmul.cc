@@ -237,6 +237,16 @@ void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
   }
 }
 
+// Rounds for one prefill row: enough for about a second of calls (at least 3, at most 20), timed by
+// one warm-up round. A best of 3 calls of a few ms (64 rows) fell 5-10 points below the kernel's
+// figure whenever a neighbour on a shared VM took memory bandwidth for a few seconds.
+template <typename Fn>
+int PrefillRounds(int modes, Fn&& run_mode) {
+  const double t0 = Now();
+  for (int mode = 0; mode < modes; ++mode) run_mode(mode);
+  return static_cast<int>(std::clamp(1.0 / std::max(Now() - t0, 1e-6), 3.0, 20.0));
+}
+
 void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
   std::printf("\n== prefill (compute-bound): GFLOP/s (2*m*n*k per call) ==\n");
   // bf16-x mode is held to vdpbf16ps's peak where that kernel runs, fp32-x mode to the FMA peak.
@@ -257,10 +267,9 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
       if (opt.quick && m != 256 && m != 4096) continue;
       const std::vector<float> x = RandomF32(m * s.k, rng);
       AlignedVector<float> y(m * s.n);  // as the CPU backend keeps its activations
+      auto run = [&](int mode) { Multiply(opt, mode, x.data(), m, s, w.data(), tiled.data(), y.data(), pool); };
       double t[kModes];
-      BestTimes(Modes(opt), opt.quick ? 2 : 3, [&](int mode) {
-        Multiply(opt, mode, x.data(), m, s, w.data(), tiled.data(), y.data(), pool);
-      }, t);
+      BestTimes(Modes(opt), opt.quick ? 2 : PrefillRounds(Modes(opt), run), run, t);
       double gflops[kModes];
       for (int mode = 0; mode < kModes; ++mode) gflops[mode] = 2.0 * m * s.n * s.k / t[mode] / 1e9;
       const double peak[kModes] = {bf16_peak, fma_peak, bf16_peak};
