@@ -38,7 +38,9 @@ namespace {
 using bench::BestTime;
 using bench::MeasurePeaks;
 using bench::Now;
+using bench::Peak;
 using bench::Peaks;
+using bench::RunPeakLoop;
 
 // Memory where the engine keeps its weights: in huge pages (HugePageBuffer, as the CPU stage copies its
 // weights at load), or in ordinary heap pages with --small-pages (the engine's --huge_pages=false).
@@ -158,7 +160,6 @@ void BestTimes(int modes, int rounds, Fn&& run_mode, double (&best)[N]) {
 
 void PrintCells(const Options& opt, const double (&v)[kModes], const double (&peak)[kModes]) {
   for (int mode = 0; mode < Modes(opt); ++mode) std::printf(" %8.1f (%3.0f%%)", v[mode], 100 * v[mode] / peak[mode]);
-  std::printf("\n");
 }
 
 PagedArray<uint16_t> TiledCopy(PagedArray<uint16_t>& w, const Shape& s, const Options& opt) {
@@ -233,6 +234,7 @@ void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
       std::printf("%-13s %6lld %6lld %3lld %9.1f", s.name, static_cast<long long>(s.n), static_cast<long long>(s.k),
                   static_cast<long long>(m), read_gbs);
       PrintCells(opt, gbs, roof);
+      std::printf("\n");
     }
   }
 }
@@ -247,16 +249,17 @@ int PrefillRounds(int modes, Fn&& run_mode) {
   return static_cast<int>(std::clamp(1.0 / std::max(Now() - t0, 1e-6), 3.0, 20.0));
 }
 
+// Prefill is held to the peak of the instruction its mode runs on (vdpbf16ps where that kernel runs,
+// else the FMA the AVX2 order runs on: 512-bit unless the kernel is avx2), measured alongside each row:
+// a short peak loop takes a turn in every round, so a neighbour's minute on a shared VM (which cut
+// every mode, compute-bound ones too, by up to a sixth) weighs on the kernels and their ceiling alike.
 void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
   std::printf("\n== prefill (compute-bound): GFLOP/s (2*m*n*k per call) ==\n");
-  // bf16-x mode is held to vdpbf16ps's peak where that kernel runs, fp32-x mode to the FMA peak.
-  // The AVX2 order runs on 512-bit FMAs unless the kernel is avx2.
-  const double fma_peak = opt.isa != MatmulIsa::kAvx2 && opt.peaks.fma512 > 0 ? opt.peaks.fma512 : opt.peaks.fma;
-  const double bf16_peak =
-      opt.isa == MatmulIsa::kAvx512Bf16 && opt.peaks.bf16_dot > 0 ? opt.peaks.bf16_dot : fma_peak;
-  std::printf("%-13s %6s %6s %4s %15s %15s %15s  (%% of peak: bf16-x %.0f, fp32-x %.0f GFLOP/s)\n", "shape", "n",
-              "k", "m", "bf16-x GFLOP/s", "fp32-x GFLOP/s", ShowsTiled(opt) ? "tiled GFLOP/s" : "", bf16_peak,
-              fma_peak);
+  const Peak fma_kind = opt.isa != MatmulIsa::kAvx2 && CpuSupportsAvx512F() ? Peak::kFma512 : Peak::kFma;
+  const Peak bf16_kind = opt.isa == MatmulIsa::kAvx512Bf16 ? Peak::kBf16Dot : fma_kind;
+  constexpr int64_t kPeakIters = int64_t{1} << 20;  // ~4 ms a call
+  std::printf("%-13s %6s %6s %4s %15s %15s %15s  (%% of the peaks alongside: bf16-x, fp32-x GFLOP/s)\n", "shape",
+              "n", "k", "m", "bf16-x GFLOP/s", "fp32-x GFLOP/s", ShowsTiled(opt) ? "tiled GFLOP/s" : "");
   std::vector<int64_t> ms = {64, 256, 512, 4096};
   if (opt.rows > 0) ms = {opt.rows};  // any row count, for finding where a path's crossover lies
   for (const Shape& s : kShapes) {
@@ -267,15 +270,25 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
       if (opt.quick && m != 256 && m != 4096) continue;
       const std::vector<float> x = RandomF32(m * s.k, rng);
       AlignedVector<float> y(m * s.n);  // as the CPU backend keeps its activations
-      auto run = [&](int mode) { Multiply(opt, mode, x.data(), m, s, w.data(), tiled.data(), y.data(), pool); };
-      double t[kModes];
-      BestTimes(Modes(opt), opt.quick ? 2 : PrefillRounds(Modes(opt), run), run, t);
+      const int modes = Modes(opt), bf16_turn = modes, fma_turn = modes + 1;
+      double peak_flops[2] = {};
+      auto run = [&](int mode) {
+        if (mode == bf16_turn || mode == fma_turn) {
+          peak_flops[mode - bf16_turn] = RunPeakLoop(pool, mode == bf16_turn ? bf16_kind : fma_kind, kPeakIters);
+        } else {
+          Multiply(opt, mode, x.data(), m, s, w.data(), tiled.data(), y.data(), pool);
+        }
+      };
+      double t[kModes + 2];
+      BestTimes(modes + 2, opt.quick ? 2 : PrefillRounds(modes, run), run, t);
+      const double bf16_peak = peak_flops[0] / t[bf16_turn] / 1e9, fma_peak = peak_flops[1] / t[fma_turn] / 1e9;
       double gflops[kModes];
       for (int mode = 0; mode < kModes; ++mode) gflops[mode] = 2.0 * m * s.n * s.k / t[mode] / 1e9;
       const double peak[kModes] = {bf16_peak, fma_peak, bf16_peak};
       std::printf("%-13s %6lld %6lld %4lld", s.name, static_cast<long long>(s.n), static_cast<long long>(s.k),
                   static_cast<long long>(m));
       PrintCells(opt, gflops, peak);
+      std::printf("  (%.0f, %.0f)\n", bf16_peak, fma_peak);
     }
   }
 }

@@ -37,21 +37,6 @@ inline double BestTime(int reps, Fn&& fn) {
 constexpr int kChains512 = 24;
 constexpr int kChains256 = 12;
 
-// Peak multiply-add rate: every thread runs `chains` chains of `Op` for a fixed count; flops per op given.
-// Best of 10 calls of ~30 ms: a best of 3 on a shared VM read up to 5 % low now and then, which
-// flattered every kernel held to it.
-template <typename Op>
-inline double PeakGflops(ThreadPool& pool, double flops_per_op, int chains, Op op) {
-  constexpr int64_t kIters = int64_t{1} << 23;
-  std::vector<float> sink(pool.size() * 16);
-  const double t = BestTime(10, [&] {
-    pool.ParallelFor(pool.size(), [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) sink[t * 16] += op(kIters);
-    });
-  });
-  return flops_per_op * chains * kIters * pool.size() / t / 1e9;
-}
-
 inline float FmaChains(int64_t iters) {
   __m256 a[kChains256];
   const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-3f);
@@ -93,15 +78,41 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline float Dpb
 
 // The ceilings the kernels are held to: fp32 FMA (AVX2, 8 lanes x 2 flops; AVX-512F, 16 lanes x 2 flops)
 // and, where the CPU has it, vdpbf16ps (16 lanes x 2 pairs x 2 flops).
+enum class Peak { kFma, kFma512, kBf16Dot };
+
+// Every thread of the pool runs `iters` steps of the chains of `kind` (which the CPU must have);
+// returns the flops done.
+inline double RunPeakLoop(ThreadPool& pool, Peak kind, int64_t iters) {
+  std::vector<float> sink(pool.size() * 16);
+  pool.ParallelFor(pool.size(), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      sink[t * 16] += kind == Peak::kFma      ? FmaChains(iters)
+                      : kind == Peak::kFma512 ? Fma512Chains(iters)
+                                              : DpbfChains(iters);
+    }
+  });
+  const double flops_per_step = kind == Peak::kFma ? 16.0 * kChains256 : (kind == Peak::kFma512 ? 32.0 : 64.0) * kChains512;
+  return flops_per_step * static_cast<double>(iters) * pool.size();
+}
+
+// Peak rate of `kind`: best of 10 calls of ~30 ms (a best of 3 on a shared VM read up to 5 % low now
+// and then, which flattered every kernel held to it).
+inline double PeakGflops(ThreadPool& pool, Peak kind) {
+  constexpr int64_t kIters = int64_t{1} << 23;
+  double flops = 0;
+  const double t = BestTime(10, [&] { flops = RunPeakLoop(pool, kind, kIters); });
+  return flops / t / 1e9;
+}
+
 struct Peaks {
   double fma = 0, fma512 = 0, bf16_dot = 0;
 };
 
 inline Peaks MeasurePeaks(ThreadPool& pool) {
   Peaks p;
-  p.fma = PeakGflops(pool, 16, kChains256, FmaChains);
-  if (CpuSupportsAvx512F()) p.fma512 = PeakGflops(pool, 32, kChains512, Fma512Chains);
-  if (CpuSupportsAvx512Bf16()) p.bf16_dot = PeakGflops(pool, 64, kChains512, DpbfChains);
+  p.fma = PeakGflops(pool, Peak::kFma);
+  if (CpuSupportsAvx512F()) p.fma512 = PeakGflops(pool, Peak::kFma512);
+  if (CpuSupportsAvx512Bf16()) p.bf16_dot = PeakGflops(pool, Peak::kBf16Dot);
   return p;
 }
 
