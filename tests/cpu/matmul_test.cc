@@ -228,9 +228,9 @@ TEST(MatmulTest, Avx512FKernelGivesTheAvx2Bits) {
 
 // Every row of a big batch equals the same row computed alone (m = 1), and the same row placed at
 // various positions among unrelated rows of batches of various sizes (decode and prefill kernels). The
-// big batch spans several of the blocked kernels' row blocks (AVX2: 512 rows, AVX-512 BF16: 64, and
-// passes of 4 MiB of x: 232 rows at k = 9000); k = 9000 is packed in 3 chunks of k with partial sums
-// kept across them (AVX-512 BF16).
+// big batch spans several of the blocked kernels' row blocks (AVX2: 512 rows; AVX-512 BF16: equal
+// passes of at most 512 rows, here 3 of 368); k = 9000 is packed in 3 chunks of k with partial sums
+// kept across them (AVX-512 BF16), and 5 at up to 64 rows, as is k = 3840 in 2.
 TEST(MatmulTest, RowResultsIndependentOfBatchCompositionAndPosition) {
   ThreadPool pool(2);
   for (int64_t k : {96, 160, 3840, 9000}) {
@@ -239,7 +239,7 @@ TEST(MatmulTest, RowResultsIndependentOfBatchCompositionAndPosition) {
     for (MatmulIsa isa : RunnableIsas()) {
       for (bool x_as_bf16 : {true, false}) {
         const std::vector<float> y_full = Compute(isa, full, pool, x_as_bf16);
-        std::vector<int64_t> rows = {127, 128, 231, 232, 255, 256, 463, 464, 511, 512, 515, 516, 1023, 1024, full.m - 1};  // row blocks' edges
+        std::vector<int64_t> rows = {127, 128, 255, 256, 367, 368, 511, 512, 515, 516, 735, 736, 1023, 1024, full.m - 1};  // row blocks' edges
         for (int64_t i = 0; i < full.m; i += (k >= 3840 ? 23 : 7)) rows.push_back(i);
         for (int64_t i : rows) {
           Problem one{1, k, n, std::vector<float>(full.x.begin() + i * k, full.x.begin() + (i + 1) * k), full.w};
@@ -310,12 +310,12 @@ TEST(MatmulTest, TiledWeightsGiveTheRowMajorBits) {
   }
 }
 
-// A prefill chunk whose activations exceed one pass of the AVX-512 BF16 kernel (16 MiB of bf16 x) is
-// taken in several passes over the weights; rows in every pass get the bits they get alone.
+// A prefill chunk longer than one pass of the AVX-512 BF16 kernel (512 rows, or 16 MiB of bf16 x) is
+// taken in equal passes over the weights; rows in every pass get the bits they get alone.
 TEST(MatmulTest, RowsBeyondTheFirstPassOfXKeepTheirBits) {
   if (!CpuSupportsAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   ThreadPool pool(2);
-  const int64_t m = 1200, k = 15360, n = 50;  // 35 MiB of bf16 x: passes of 544 rows
+  const int64_t m = 1200, k = 15360, n = 50;  // 35 MiB of bf16 x: 3 passes of 400 rows
   const Problem p = MakeProblem(m, k, n, 77);
   std::vector<uint16_t> tiled = p.w;
   TileRowsInPlace(tiled.data(), n, k);
@@ -323,7 +323,7 @@ TEST(MatmulTest, RowsBeyondTheFirstPassOfXKeepTheirBits) {
   MatmulBf16WithIsa(MatmulIsa::kAvx512Bf16, p.x.data(), m, k, p.w.data(), n, all.data(), pool, true);
   MatmulBf16Tiled(p.x.data(), m, k, tiled.data(), n, tiled_all.data(), pool);
   ASSERT_TRUE(SameBits(all.data(), tiled_all.data(), m * n));
-  for (int64_t i : {int64_t{0}, int64_t{543}, int64_t{544}, int64_t{1087}, int64_t{1088}, m - 1}) {
+  for (int64_t i : {int64_t{0}, int64_t{399}, int64_t{400}, int64_t{799}, int64_t{800}, m - 1}) {
     std::vector<float> one(n);
     MatmulBf16WithIsa(MatmulIsa::kAvx512Bf16, p.x.data() + i * k, 1, k, p.w.data(), n, one.data(), pool, true);
     ASSERT_TRUE(SameBits(one.data(), all.data() + i * n, n)) << "row " << i;
