@@ -2,7 +2,8 @@
 //
 // Prints the machine's sustained read bandwidth, the thread pool's per-call overhead, GB/s of weight
 // bytes for decode shapes (m = 1..8, memory-bound; held to a plain read of the same bytes timed alongside
-// the same way) and GFLOP/s for prefill shapes (m = 64..4096, compute-bound), in both precision modes;
+// the same way) and GFLOP/s for prefill shapes (m = 64..4096, compute-bound; held to the vdpbf16ps or
+// FMA peak measured alongside each row), in both precision modes;
 // where the kernel is avx512bf16, also bf16-x mode on weights stored tiled (engine/model/tiled_rows.h),
 // as a CPU stage loads them.
 //
