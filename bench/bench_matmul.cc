@@ -241,8 +241,8 @@ void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
 }
 
 // Rounds for one prefill row: enough for about a second of calls (at least 3, at most 20), timed by
-// one warm-up round. A best of 3 calls of a few ms (64 rows) fell 5-10 points below the kernel's
-// figure whenever a neighbour on a shared VM took memory bandwidth for a few seconds.
+// one warm-up round. A best of 3 calls of a few ms (64 rows) swung by 5-10 points from run to run on
+// a shared VM, whose neighbours take memory bandwidth for seconds at a time.
 template <typename Fn>
 int PrefillRounds(int modes, Fn&& run_mode) {
   const double t0 = Now();
