@@ -126,8 +126,6 @@ struct Options {
   std::string shape;  // only this shape, when set
   int64_t rows = 0;   // only this m, when set
   MatmulIsa isa = ActiveMatmulIsa();
-  double bandwidth = 0;  // GB/s, measured
-  Peaks peaks;
 };
 
 // Whether the table has the tiled column.
@@ -331,13 +329,13 @@ int Main(int argc, char** argv) {
               CpuSupportsAvx512Bf16() ? "yes" : "no");
   std::printf("fp32-x mode has the avx2 order (on 512-bit registers unless the kernel is avx2)\n");
   size_t huge_bytes = 0;
-  opt.bandwidth = ReadBandwidthGBs(pool, size_t{1} << 30, opt.quick ? 3 : 5, opt.huge_pages, &huge_bytes);
-  opt.peaks = MeasurePeaks(pool);
+  const double bandwidth = ReadBandwidthGBs(pool, size_t{1} << 30, opt.quick ? 3 : 5, opt.huge_pages, &huge_bytes);
+  const Peaks peaks = MeasurePeaks(pool);
   std::printf("streaming read bandwidth (1 GiB, %d threads, %zu MiB of it in huge pages): %.1f GB/s\n", pool.size(),
-              huge_bytes >> 20, opt.bandwidth);
-  std::printf("peak (%d threads): fp32 FMA %.1f GFLOP/s", pool.size(), opt.peaks.fma);
-  if (opt.peaks.fma512 > 0) std::printf(", 512-bit fp32 FMA %.1f GFLOP/s", opt.peaks.fma512);
-  if (opt.peaks.bf16_dot > 0) std::printf(", vdpbf16ps %.1f GFLOP/s", opt.peaks.bf16_dot);
+              huge_bytes >> 20, bandwidth);
+  std::printf("peak (%d threads): fp32 FMA %.1f GFLOP/s", pool.size(), peaks.fma);
+  if (peaks.fma512 > 0) std::printf(", 512-bit fp32 FMA %.1f GFLOP/s", peaks.fma512);
+  if (peaks.bf16_dot > 0) std::printf(", vdpbf16ps %.1f GFLOP/s", peaks.bf16_dot);
   std::printf("\n");
   std::printf("ParallelFor overhead (empty body): %.2f us/call\n", PoolOverheadUs(pool, 20000));
   std::mt19937 rng(1234);
