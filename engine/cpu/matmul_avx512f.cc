@@ -106,18 +106,25 @@ LP_AVX512F inline void StoreSums(const __m512 (&acc)[R][P], float* y, int64_t ld
   for (int r = 0; r < R; ++r) StorePairSums(acc[r], static_cast<int>(cols), y + r * ldy);
 }
 
+// A tile's partial sums between k blocks: one vector per (row, pair), kParkFloats in a row. Each tile's
+// are contiguous, and the tiles' follow each other in the order the tiles run: one stream. Laid out as
+// the columns of y (rows kBlockCols apart), the prefetched lines still missed L1 often enough that 512-row
+// GEMMs ran 9-15 % faster this way on a 2-core Zen 5 VM (64 rows 2-5 %), alternating calls.
+constexpr int64_t kParkFloats = kRows * kPairs * 2 * kAvx2KStep;
+LP_AVX512F inline float* ParkOf(float* park, int r, int c) { return park + (r * kPairs + c) * 2 * kAvx2KStep; }
+
 // One R x (2P) tile over one k block of len values: x rows from x (stride ldx), packed weights from
-// `tile`. Partial sums live in `park` (8 floats per (row, column), row stride park_ld columns) between
-// k blocks; the block that ends k writes the first `cols` columns of y.
+// `tile`. Partial sums live in `park` (kParkFloats) between k blocks; the block that ends k writes the
+// first `cols` columns of y.
 template <int R, int P>
-LP_AVX512F void Tile(const float* x, int64_t ldx, const float* tile, int64_t len, float* park, int64_t park_ld,
-                     bool first, bool last, float* y, int64_t ldy, int64_t cols) {
+LP_AVX512F void Tile(const float* x, int64_t ldx, const float* tile, int64_t len, float* park, bool first,
+                     bool last, float* y, int64_t ldy, int64_t cols) {
   __m512 acc[R][P];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
     for (int c = 0; c < P; ++c) {
-      acc[r][c] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + (r * park_ld + 2 * c) * kAvx2KStep);
+      acc[r][c] = first ? _mm512_setzero_ps() : _mm512_load_ps(ParkOf(park, r, c));
     }
   }
   Accumulate(x, ldx, 0, PackedPairs{tile}, 0, len, acc);
@@ -128,7 +135,7 @@ LP_AVX512F void Tile(const float* x, int64_t ldx, const float* tile, int64_t len
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
-    for (int c = 0; c < P; ++c) _mm512_store_ps(park + (r * park_ld + 2 * c) * kAvx2KStep, acc[r][c]);
+    for (int c = 0; c < P; ++c) _mm512_store_ps(ParkOf(park, r, c), acc[r][c]);
   }
 }
 
@@ -177,8 +184,7 @@ void StreamTile(const Avx2Problem& p, int64_t i, int64_t j, int64_t cols, int64_
   }
 }
 
-using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, bool, bool, float*, int64_t,
-                        int64_t);
+using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, bool, bool, float*, int64_t, int64_t);
 using StreamFn = void (*)(const Avx2Problem&, int64_t, int64_t, int64_t, int64_t);
 
 template <int R, int P>
@@ -224,25 +230,23 @@ void PackPairs(const Avx2Problem& p, int64_t j, int64_t cols, int64_t q0, int64_
   }
 }
 
-// The parked sums of a tile (kRows rows of kPairs lines, rows park_ld columns apart) into L1. Asked for
-// one tile ahead, they arrive while the present tile computes; loaded on demand at the start of each
-// tile, the 24 lines from L2 stalled it: prefetched, 256-512-row GEMMs ran 5-7 % faster (k = 3840)
-// and 3-5 % (down_proj) on a 2-core Zen 5 VM, alternating calls.
-inline void PrefetchParked(const float* park, int64_t park_ld) {
-#pragma GCC unroll 4
-  for (int r = 0; r < kRows; ++r) {
+// A tile's parked sums into L1. Asked for one tile ahead, they arrive while the present tile computes;
+// loaded on demand at the start of each tile, the 24 lines from L2 stalled it: prefetched, 256-512-row
+// GEMMs ran 5-7 % faster (k = 3840) and 3-5 % (down_proj) on a 2-core Zen 5 VM, alternating calls.
+inline void PrefetchParked(const float* park) {
 #pragma GCC unroll 8
-    for (int c = 0; c < kPairs; ++c) {
-      _mm_prefetch(reinterpret_cast<const char*>(park + (r * park_ld + 2 * c) * kAvx2KStep), _MM_HINT_T0);
-    }
+  for (int64_t line = 0; line < kParkFloats; line += 16) {
+    _mm_prefetch(reinterpret_cast<const char*>(park + line), _MM_HINT_T0);
   }
 }
 
 void BlockedRows(const Avx2Problem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
   const int64_t kp = RoundUp(p.k, kAvx2KStep);
   float* packed = ThreadScratch<float, Slot::kPackedWeights>(kBlockCols * std::min(kBlockK, kp));
-  float* park =
-      kp > kBlockK ? ThreadScratch<float, Slot::kPartialSums>((i_end - i_begin) * kBlockCols * kAvx2KStep) : nullptr;
+  const int64_t row_tiles = (i_end - i_begin + kRows - 1) / kRows;
+  // Tile (row tile r, column tile c) parks at park + (c * row_tiles + r) * kParkFloats.
+  float* park = kp > kBlockK ? ThreadScratch<float, Slot::kPartialSums>(row_tiles * (kBlockCols / kCols) * kParkFloats)
+                             : nullptr;
   for (int64_t jc = j_begin; jc < j_end; jc += kBlockCols) {
     const int64_t nc = std::min(kBlockCols, j_end - jc);
     for (int64_t q0 = 0; q0 < kp; q0 += kBlockK) {
@@ -250,19 +254,17 @@ void BlockedRows(const Avx2Problem& p, int64_t i_begin, int64_t i_end, int64_t j
       const bool first = q0 == 0, last = q0 + len >= kp;
       // The tile of columns [t, t + kCols) is packed at packed + t * len.
       for (int64_t t = 0; t < nc; t += kCols) PackPairs(p, jc + t, std::min<int64_t>(kCols, nc - t), q0, len, packed + t * len);
-      const int64_t tile_calls = (nc + kCols - 1) / kCols * ((i_end - i_begin + kRows - 1) / kRows);
+      const int64_t tile_calls = (nc + kCols - 1) / kCols * row_tiles;
       NextBlockPrefetch prefetch(p, jc, j_end, kBlockCols, q0, kBlockK, tile_calls);
       for (int64_t t = 0; t < nc; t += kCols) {
         const int64_t cols = std::min<int64_t>(kCols, nc - t);
-        for (int64_t i = i_begin; i < i_end; i += kRows) {
+        float* tile_park = park != nullptr ? park + t / kCols * row_tiles * kParkFloats : nullptr;
+        for (int64_t i = i_begin; i < i_end; i += kRows, tile_park += tile_park != nullptr ? kParkFloats : 0) {
           const int64_t rows = std::min<int64_t>(kRows, i_end - i);
           prefetch.Step();
-          if (park != nullptr && !first && i + kRows < i_end) {
-            PrefetchParked(park + ((i + kRows - i_begin) * kBlockCols + t) * kAvx2KStep, kBlockCols);
-          }
-          kTiles[rows - 1][(cols + 1) / 2 - 1](p.x + i * p.ldx + q0, p.ldx, packed + t * len, len,
-                                                park ? park + ((i - i_begin) * kBlockCols + t) * kAvx2KStep : nullptr,
-                                                kBlockCols, first, last, p.y + i * p.n + jc + t, p.n, cols);
+          if (tile_park != nullptr && !first && i + kRows < i_end) PrefetchParked(tile_park + kParkFloats);
+          kTiles[rows - 1][(cols + 1) / 2 - 1](p.x + i * p.ldx + q0, p.ldx, packed + t * len, len, tile_park, first,
+                                                last, p.y + i * p.n + jc + t, p.n, cols);
         }
       }
     }
