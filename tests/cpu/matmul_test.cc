@@ -206,13 +206,13 @@ TEST(MatmulTest, Avx2KernelFollowsItsDocumentedReductionOrder) {
 }
 
 // The AVX-512F kernel gives the AVX2 kernel's bits on the shapes its paths split differently: rows
-// across the streaming/blocked switch (16), row blocks and partial row tiles, columns across blocks,
+// across the streaming/blocked switches (16; 32 while x fits in an L2), row blocks and partial row tiles, columns across blocks,
 // partial tiles and odd pairs, k across k blocks and ragged ends, both weight types (MatmulF32 and the
 // fp32-x mode of MatmulBf16).
 TEST(MatmulTest, Avx512FKernelGivesTheAvx2Bits) {
   if (!CpuSupportsAvx512F()) GTEST_SKIP() << "no AVX-512F on this CPU";
   ThreadPool pool(2);
-  for (int64_t m : {1, 2, 7, 8, 9, 16, 17, 66, 259, 520}) {
+  for (int64_t m : {1, 2, 7, 8, 9, 16, 17, 32, 33, 66, 259, 520}) {
     for (int64_t n : {1, 13, 47, 49, 97}) {
       for (int64_t k : {8, 99, 1030, 3840}) {
         const Problem p = MakeProblem(m, k, n, static_cast<uint32_t>(m * 31 + n * 7 + k));
