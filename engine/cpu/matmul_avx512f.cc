@@ -109,7 +109,7 @@ LP_AVX512F inline void StoreSums(const __m512 (&acc)[R][P], float* y, int64_t ld
 // A tile's partial sums between k blocks: one vector per (row, pair), kParkFloats in a row. Each tile's
 // are contiguous, and the tiles' follow each other in the order the tiles run: one stream. Laid out as
 // the columns of y (rows kBlockCols apart), the prefetched lines still missed L1 often enough that 512-row
-// GEMMs ran 9-15 % faster this way on a 2-core Zen 5 VM (64 rows 2-5 %), alternating calls.
+// GEMMs ran 3-15 % faster this way on a 2-core Zen 5 VM (two runs; 64 rows 2-5 %), alternating calls.
 constexpr int64_t kParkFloats = kRows * kPairs * 2 * kAvx2KStep;
 LP_AVX512F inline float* ParkOf(float* park, int r, int c) { return park + (r * kPairs + c) * 2 * kAvx2KStep; }
 
