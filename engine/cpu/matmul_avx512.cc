@@ -475,10 +475,9 @@ void BlockedColumns(const Avx512Bf16Problem& p, int64_t i_begin, int64_t i_end, 
   const int64_t pairs = Pairs(p);
   const int64_t m = i_end - i_begin;
   const int64_t most_pairs = m <= kFewRows ? kFewRowsPackPairs : kPackPairs;
-  const int64_t chunks = (pairs + most_pairs - 1) / most_pairs;
-  const int64_t chunk = RoundUp((pairs + chunks - 1) / chunks, kLanes);
+  const int64_t chunk = EqualPart(pairs, most_pairs, kLanes);
   uint32_t* packed = p.w_tiled ? nullptr : ThreadScratch<uint32_t, Slot::kPackedWeights>(chunk * kTileRows);
-  float* park = chunks > 1 ? ThreadScratch<float, Slot::kPartialSums>(m * kTileRows) : nullptr;
+  float* park = chunk < pairs ? ThreadScratch<float, Slot::kPartialSums>(m * kTileRows) : nullptr;
   const int64_t row_tiles = (m + kTileRowsX - 1) / kTileRowsX;
   for (int64_t j = j_begin; j < j_end;) {
     const int64_t cols = GroupCols(p, j, j_end);
@@ -522,8 +521,7 @@ void Avx512Bf16Columns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_en
     // weight group once per pass. Equal, so that no pass is a short one with little reuse of each block.
     const int64_t row_bytes = RoundUp(p.k, kAvx512XPad) * 2;
     const int64_t most_rows = std::clamp<int64_t>(kPassBytes / row_bytes, kTileRowsX, kPassRows);
-    const int64_t passes = (p.m + most_rows - 1) / most_rows;
-    const int64_t pass_rows = RoundUp((p.m + passes - 1) / passes, kTileRowsX);
+    const int64_t pass_rows = EqualPart(p.m, most_rows, kTileRowsX);
     for (int64_t i = 0; i < p.m; i += pass_rows) BlockedColumns(p, i, std::min(p.m, i + pass_rows), j_begin, j_end);
   }
 }

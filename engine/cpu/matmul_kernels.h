@@ -11,6 +11,12 @@
 namespace layerpipe::matmul_internal {
 
 constexpr int64_t RoundUp(int64_t v, int64_t multiple) { return (v + multiple - 1) / multiple * multiple; }
+// The length of each of the fewest equal parts of `total` that are at most `most` long, rounded up to
+// a multiple of `multiple` (the last part takes what is left).
+constexpr int64_t EqualPart(int64_t total, int64_t most, int64_t multiple) {
+  const int64_t parts = (total + most - 1) / most;
+  return RoundUp((total + parts - 1) / parts, multiple);
+}
 
 // The kernels' per-thread scratch buffers (thread_scratch.h), one per use.
 enum class Slot { kActivations, kPackedWeights, kPartialSums };

@@ -206,9 +206,9 @@ TEST(MatmulTest, Avx2KernelFollowsItsDocumentedReductionOrder) {
 }
 
 // The AVX-512F kernel gives the AVX2 kernel's bits on the shapes its paths split differently: rows
-// across the streaming/blocked switches (16; 32 while x fits in an L2), row blocks and partial row tiles, columns across blocks,
-// partial tiles and odd pairs, k across k blocks and ragged ends, both weight types (MatmulF32 and the
-// fp32-x mode of MatmulBf16).
+// across the streaming/blocked switches (16; 32 while x fits in an L2), row blocks and partial row
+// tiles, columns across blocks, partial tiles and odd pairs, k across k blocks and ragged ends, both
+// weight types (MatmulF32 and the fp32-x mode of MatmulBf16).
 TEST(MatmulTest, Avx512FKernelGivesTheAvx2Bits) {
   if (!CpuSupportsAvx512F()) GTEST_SKIP() << "no AVX-512F on this CPU";
   ThreadPool pool(2);
