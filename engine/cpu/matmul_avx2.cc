@@ -112,7 +112,9 @@ inline void Accumulate(const float* x, int64_t ldx, int64_t x_q_offset, const W&
 
 template <int R, int C>
 inline void ZeroAcc(__m256 (&acc)[R][C]) {
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
 }
 
@@ -145,6 +147,9 @@ void StreamTile(const Avx2Problem& p, int64_t i, int64_t j, int64_t step) {
 
 // Blocked path: one k block of one tile against packed weights; partial sums live in `park`
 // (one 8-float vector per (row, column) of the tile, row stride park_ld vectors).
+// The loops over the accumulators are unrolled: left rolled, GCC copied them to and from `park`
+// through the stack in 16-byte halves, and the 32-byte reloads missed store forwarding (on a 2-core
+// Zen 5 VM, alternating calls at 512 rows: down_proj 5 % and q_proj 1 % slower).
 template <int R, int C>
 void BlockTile(const Avx2Problem& p, int64_t i, int64_t j, int64_t q0, int64_t len, const float* packed,
                float* park, int64_t park_ld, bool first, bool last) {
@@ -152,14 +157,18 @@ void BlockTile(const Avx2Problem& p, int64_t i, int64_t j, int64_t q0, int64_t l
   if (first) {
     ZeroAcc(acc);
   } else {
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_load_ps(park + (r * park_ld + c) * 8);
   }
   Accumulate(p.x + i * p.ldx, p.ldx, q0, PackedCols<C>{packed}, 0, len, acc);
   if (last) {
     StoreSums(acc, p.y + i * p.n + j, p.n);
   } else {
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
       for (int c = 0; c < C; ++c) _mm256_store_ps(park + (r * park_ld + c) * 8, acc[r][c]);
   }
 }
