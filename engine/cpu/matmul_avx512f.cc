@@ -244,9 +244,13 @@ void BlockedRows(const Avx2Problem& p, int64_t i_begin, int64_t i_end, int64_t j
   const int64_t kp = RoundUp(p.k, kAvx2KStep);
   float* packed = ThreadScratch<float, Slot::kPackedWeights>(kBlockCols * std::min(kBlockK, kp));
   const int64_t row_tiles = (i_end - i_begin + kRows - 1) / kRows;
-  // Tile (row tile r, column tile c) parks at park + (c * row_tiles + r) * kParkFloats.
   float* park = kp > kBlockK ? ThreadScratch<float, Slot::kPartialSums>(row_tiles * (kBlockCols / kCols) * kParkFloats)
                              : nullptr;
+  // The tile at rows [i, i + kRows) and columns [t, t + kCols) of a block parks here: column tile by
+  // column tile, row tiles in order, as the tiles run.
+  auto park_of = [&](int64_t t, int64_t i) {
+    return park + (t / kCols * row_tiles + (i - i_begin) / kRows) * kParkFloats;
+  };
   for (int64_t jc = j_begin; jc < j_end; jc += kBlockCols) {
     const int64_t nc = std::min(kBlockCols, j_end - jc);
     for (int64_t q0 = 0; q0 < kp; q0 += kBlockK) {
@@ -258,13 +262,13 @@ void BlockedRows(const Avx2Problem& p, int64_t i_begin, int64_t i_end, int64_t j
       NextBlockPrefetch prefetch(p, jc, j_end, kBlockCols, q0, kBlockK, tile_calls);
       for (int64_t t = 0; t < nc; t += kCols) {
         const int64_t cols = std::min<int64_t>(kCols, nc - t);
-        float* tile_park = park != nullptr ? park + t / kCols * row_tiles * kParkFloats : nullptr;
-        for (int64_t i = i_begin; i < i_end; i += kRows, tile_park += tile_park != nullptr ? kParkFloats : 0) {
+        for (int64_t i = i_begin; i < i_end; i += kRows) {
           const int64_t rows = std::min<int64_t>(kRows, i_end - i);
           prefetch.Step();
-          if (tile_park != nullptr && !first && i + kRows < i_end) PrefetchParked(tile_park + kParkFloats);
-          kTiles[rows - 1][(cols + 1) / 2 - 1](p.x + i * p.ldx + q0, p.ldx, packed + t * len, len, tile_park, first,
-                                                last, p.y + i * p.n + jc + t, p.n, cols);
+          if (park != nullptr && !first && i + kRows < i_end) PrefetchParked(park_of(t, i + kRows));
+          kTiles[rows - 1][(cols + 1) / 2 - 1](p.x + i * p.ldx + q0, p.ldx, packed + t * len, len,
+                                                park != nullptr ? park_of(t, i) : nullptr, first, last,
+                                                p.y + i * p.n + jc + t, p.n, cols);
         }
       }
     }
