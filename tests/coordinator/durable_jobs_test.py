@@ -32,6 +32,7 @@ pb = None
 STARTUP_TIMEOUT = 60
 PROMPT = [2] + [(7 * i) % 500 + 3 for i in range(1200)]   # a long prefill at --prefill-chunk 32
 NEW = 300
+MISSED_PREFILLS_ALLOWED = 4
 
 
 def read_bytes(path):
@@ -110,10 +111,18 @@ class DurableJobsTest(unittest.TestCase):
         self.assertNotEqual(want[False], want[True])
 
         ids = {}
-        # 1. Killed in prefill (part of the prompt is in the KV cache, nothing generated yet).
-        ids["prefill"] = self.submit(ch, sampled=False)
-        info = self.wait_until(ch, ids["prefill"], lambda j: j.prefilled_tokens > 0, "prefilled")
-        self.assertEqual(info.generated_tokens, 0, "the job left prefill before a poll saw it; lower --prefill-chunk")
+        # 1. Killed in prefill (part of the prompt is in the KV cache, nothing generated yet). The whole
+        # prefill takes ~70 ms here: a poller descheduled that long (a busy CI machine) sees the job only
+        # once it decodes. Such a job is cancelled and another one submitted (the listing keeps it).
+        missed = []
+        for _ in range(MISSED_PREFILLS_ALLOWED + 1):
+            ids["prefill"] = self.submit(ch, sampled=False)
+            info = self.wait_until(ch, ids["prefill"], lambda j: j.prefilled_tokens > 0, "prefilled")
+            if info.generated_tokens == 0:
+                break
+            self.unary(ch, "CancelJob", pb.CancelJobRequest(job_id=ids["prefill"]), pb.JobInfo)
+            missed.append(ids.pop("prefill"))
+        self.assertIn("prefill", ids, f"every poll saw the job after its prefill ({len(missed)} tries)")
         self.assertLess(info.prefilled_tokens, len(PROMPT))
         c.kill_group()
         c, ch = self.start_coordinator(state)
@@ -142,7 +151,7 @@ class DurableJobsTest(unittest.TestCase):
         c, ch = self.start_coordinator(state)
 
         listed = self.unary(ch, "ListJobs", pb.ListJobsRequest(), pb.ListJobsResponse)
-        self.assertEqual([j.job_id for j in listed.jobs], [ids["prefill"], ids["decode"], ids["sampled"]])
+        self.assertEqual([j.job_id for j in listed.jobs], missed + [ids["prefill"], ids["decode"], ids["sampled"]])
         for name, job_id in ids.items():
             info = self.wait_until(ch, job_id, lambda j: j.state in (pb.JOB_SUCCEEDED, pb.JOB_FAILED), "ended")
             self.assertEqual(info.state, pb.JOB_SUCCEEDED, f"{name}: {info.error}")
