@@ -3,9 +3,8 @@
 // Prints the machine's sustained read bandwidth, the thread pool's per-call overhead, GB/s of weight
 // bytes for decode shapes (m = 1..8, memory-bound; held to a plain read of the same bytes timed alongside
 // the same way) and GFLOP/s for prefill shapes (m = 64..4096, compute-bound; held to the vdpbf16ps or
-// FMA peak measured alongside each row), in both precision modes;
-// where the kernel is avx512bf16, also bf16-x mode on weights stored tiled (engine/model/tiled_rows.h),
-// as a CPU stage loads them.
+// FMA peak measured alongside each row), in both precision modes, and bf16-x mode on the weights stored
+// tiled (engine/model/tiled_rows.h), as a CPU stage loads them.
 //
 // Usage: bench_matmul [--quick] [--isa=avx2|avx512f|avx512bf16] [--decode-only] [--prefill-only] [--small-pages]
 //                     [--shape=NAME] [--m=ROWS]   (one table row: a shape's name as printed, one row count)
@@ -128,18 +127,14 @@ struct Options {
   MatmulIsa isa = ActiveMatmulIsa();
 };
 
-// Whether the table has the tiled column.
-bool ShowsTiled(const Options& opt) { return opt.isa == MatmulIsa::kAvx512Bf16; }
-
 // The modes a table compares: bf16-x on row-major weights, fp32-x, and bf16-x on the same weights
 // stored tiled (engine/model/tiled_rows.h).
 constexpr int kModes = 3;
-int Modes(const Options& opt) { return ShowsTiled(opt) ? 3 : 2; }
 
 void Multiply(const Options& opt, int mode, const float* x, int64_t m, const Shape& s, const uint16_t* w,
               const uint16_t* w_tiled, float* y, ThreadPool& pool) {
   if (mode == 2) {
-    MatmulBf16Tiled(x, m, s.k, w_tiled, s.n, y, pool);
+    MatmulBf16TiledWithIsa(opt.isa, x, m, s.k, w_tiled, s.n, y, pool, /*x_as_bf16=*/true);
   } else {
     MatmulBf16WithIsa(opt.isa, x, m, s.k, w, s.n, y, pool, /*x_as_bf16=*/mode == 0);
   }
@@ -157,16 +152,14 @@ void BestTimes(int modes, int rounds, Fn&& run_mode, double (&best)[N]) {
   }
 }
 
-void PrintCells(const Options& opt, const double (&v)[kModes], const double (&peak)[kModes]) {
-  for (int mode = 0; mode < Modes(opt); ++mode) std::printf(" %8.1f (%3.0f%%)", v[mode], 100 * v[mode] / peak[mode]);
+void PrintCells(const double (&v)[kModes], const double (&peak)[kModes]) {
+  for (int mode = 0; mode < kModes; ++mode) std::printf(" %8.1f (%3.0f%%)", v[mode], 100 * v[mode] / peak[mode]);
 }
 
 PagedArray<uint16_t> TiledCopy(PagedArray<uint16_t>& w, const Shape& s, const Options& opt) {
-  PagedArray<uint16_t> t(ShowsTiled(opt) ? static_cast<size_t>(s.n * s.k) : 0, opt.huge_pages);
-  if (ShowsTiled(opt)) {
-    std::copy(w.data(), w.data() + s.n * s.k, t.data());
-    TileRowsInPlace(t.data(), s.n, s.k);
-  }
+  PagedArray<uint16_t> t(static_cast<size_t>(s.n * s.k), opt.huge_pages);
+  std::copy(w.data(), w.data() + s.n * s.k, t.data());
+  TileRowsInPlace(t.data(), s.n, s.k);
   return t;
 }
 
@@ -197,7 +190,7 @@ std::vector<float> RandomF32(size_t count, std::mt19937& rng) {
 void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
   std::printf("\n== decode (memory-bound): GB/s of bf16 weight bytes read ==\n");
   std::printf("%-13s %6s %6s %3s %9s %15s %15s %15s  (%% of that read)\n", "shape", "n", "k", "m", "read GB/s",
-              "bf16-x GB/s", "fp32-x GB/s", ShowsTiled(opt) ? "tiled GB/s" : "");
+              "bf16-x GB/s", "fp32-x GB/s", "tiled GB/s");
   const int64_t ms[] = {1, 2, 4, 8};
   for (const Shape& s : kShapes) {
     if (!opt.shape.empty() && opt.shape != s.name) continue;
@@ -214,7 +207,7 @@ void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
       const std::vector<float> x = RandomF32(m * s.k, rng);
       AlignedVector<float> y(m * s.n);  // as the CPU backend keeps its activations
       int next = 0;
-      const int modes = Modes(opt), read = modes;  // the read takes the last turn of a round
+      const int modes = kModes, read = modes;  // the read takes the last turn of a round
       double t[kModes + 1];
       BestTimes(modes + 1, opt.quick ? 2 * copies : 4 * copies, [&](int mode) {
         if (mode == read) {
@@ -232,7 +225,7 @@ void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
       }
       std::printf("%-13s %6lld %6lld %3lld %9.1f", s.name, static_cast<long long>(s.n), static_cast<long long>(s.k),
                   static_cast<long long>(m), read_gbs);
-      PrintCells(opt, gbs, roof);
+      PrintCells(gbs, roof);
       std::printf("\n");
     }
   }
@@ -258,7 +251,7 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
   const Peak bf16_kind = opt.isa == MatmulIsa::kAvx512Bf16 ? Peak::kBf16Dot : fma_kind;
   constexpr int64_t kPeakIters = int64_t{1} << 20;  // ~4 ms a call
   std::printf("%-13s %6s %6s %4s %15s %15s %15s  (%% of the peaks alongside: bf16-x, fp32-x GFLOP/s)\n", "shape",
-              "n", "k", "m", "bf16-x GFLOP/s", "fp32-x GFLOP/s", ShowsTiled(opt) ? "tiled GFLOP/s" : "");
+              "n", "k", "m", "bf16-x GFLOP/s", "fp32-x GFLOP/s", "tiled GFLOP/s");
   std::vector<int64_t> ms = {64, 256, 512, 4096};
   if (opt.rows > 0) ms = {opt.rows};  // any row count, for finding where a path's crossover lies
   for (const Shape& s : kShapes) {
@@ -269,7 +262,7 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
       if (opt.quick && m != 256 && m != 4096) continue;
       const std::vector<float> x = RandomF32(m * s.k, rng);
       AlignedVector<float> y(m * s.n);  // as the CPU backend keeps its activations
-      const int modes = Modes(opt), bf16_turn = modes, fma_turn = modes + 1;
+      const int modes = kModes, bf16_turn = modes, fma_turn = modes + 1;
       double peak_flops[2] = {};
       auto run = [&](int mode) {
         if (mode == bf16_turn || mode == fma_turn) {
@@ -286,7 +279,7 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
       const double peak[kModes] = {bf16_peak, fma_peak, bf16_peak};
       std::printf("%-13s %6lld %6lld %4lld", s.name, static_cast<long long>(s.n), static_cast<long long>(s.k),
                   static_cast<long long>(m));
-      PrintCells(opt, gflops, peak);
+      PrintCells(gflops, peak);
       std::printf("  (%.0f, %.0f)\n", bf16_peak, fma_peak);
     }
   }

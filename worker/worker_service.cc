@@ -54,9 +54,8 @@ void WorkerService::Stop() {
 absl::StatusOr<std::shared_ptr<const ModelWeights>> WorkerService::WeightsFor(const internal::v1::AssignRequest& request,
                                                                               const ModelConfig& config,
                                                                               Precision precision) {
-  // Huge pages mean a CPU stage (worker/main.cc), whose weights the bf16 kernel may want tiled; weights
-  // tiled for one precision are not reused for the other.
-  const bool tiled = options_.huge_pages && CpuBackend::ReadsTiledWeights(precision);
+  // Huge pages mean a CPU stage (worker/main.cc), whose matmul kernels read the weights tiled.
+  const bool tiled = options_.huge_pages;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (assignment_ && SameWeights(assignment_->request, request) && assignment_->weights->matrices_tiled() == tiled) {

@@ -1,6 +1,6 @@
 // 512-bit registers that hold two 8-lane AVX2 accumulators side by side (lanes 0-7 and 8-15), the
-// layout of the AVX-512F kernels that keep the AVX2 reduction order (matmul_avx512f.cc,
-// attention_avx512f.cc): two rows are loaded into one register, the other operand's 8 values are
+// layout of the AVX-512F attention kernels that keep the AVX2 reduction order (attention_avx512f.cc):
+// two rows are loaded into one register, the other operand's 8 values are
 // broadcast to both halves, and each half is summed with the AVX2 tree, so the bits are the AVX2
 // kernels'. Only for code that runs where the CPU has AVX-512F.
 #ifndef LAYERPIPE_ENGINE_CPU_AVX512_PAIRS_H_

@@ -1,6 +1,6 @@
 // The in-register transpose that turns 16 rows of bf16 pairs into 16 vectors of one pair of each row:
 // the operand order of the vdpbf16ps kernels that broadcast the other side's pair (attention_dot.cc's
-// keys, matmul_avx512.cc's row-major weights). Only for code that runs where the CPU has AVX-512F.
+// keys, the pair-order matmul kernels' row-major weights: matmul_pair_kernel.h). Only for code that runs where the CPU has AVX-512F.
 #ifndef LAYERPIPE_ENGINE_CPU_AVX512_TRANSPOSE_H_
 #define LAYERPIPE_ENGINE_CPU_AVX512_TRANSPOSE_H_
 

@@ -32,15 +32,8 @@ void AddSince(std::atomic<int64_t>& total, std::chrono::steady_clock::time_point
 int64_t CpuBackend::attention_nanos() { return attention_ns.load(std::memory_order_relaxed); }
 int64_t CpuBackend::matmul_nanos() { return matmul_ns.load(std::memory_order_relaxed); }
 
-bool CpuBackend::ReadsTiledWeights(Precision precision) {
-  return precision == Precision::kBf16 && MatmulReadsTiledWeights();
-}
-
 CpuBackend::CpuBackend(const ModelWeights& weights, Precision precision, ThreadPool& pool)
     : w_(weights), cfg_(weights.config()), precision_(precision), pool_(pool) {
-  if (w_.matrices_tiled() && !ReadsTiledWeights(precision_)) {
-    LP_LOG(FATAL) << "the weights are stored tiled, which only the AVX-512 BF16 kernel in bf16 mode reads";
-  }
   inv_freq_sliding_ = RopeInvFreq(cfg_.head_dim, cfg_.rope_sliding.theta, cfg_.rope_sliding.partial_rotary_factor);
   inv_freq_full_ = RopeInvFreq(cfg_.global_head_dim, cfg_.rope_full.theta, cfg_.rope_full.partial_rotary_factor);
 }
@@ -64,7 +57,7 @@ absl::StatusOr<std::unique_ptr<SequenceState>> CpuBackend::NewSequenceFrom(const
 void CpuBackend::Matmul(const float* x, int64_t m, const Bf16Matrix& w, float* y) {
   const auto start = std::chrono::steady_clock::now();
   if (w.tiled) {
-    MatmulBf16Tiled(x, m, w.cols, w.data, w.rows, y, pool_);
+    MatmulBf16Tiled(x, m, w.cols, w.data, w.rows, y, pool_, precision_ == Precision::kBf16);
   } else {
     MatmulBf16(x, m, w.cols, w.data, w.rows, y, pool_, precision_ == Precision::kBf16);
   }

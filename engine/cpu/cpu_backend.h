@@ -22,12 +22,8 @@ namespace layerpipe {
 class CpuBackend final : public LayerBackend {
  public:
   // Serves the layers of weights.selection(); uses the embedding / head when the selection maps them.
-  // Weights stored tiled (ModelWeights::matrices_tiled) need ReadsTiledWeights(precision).
+  // Matrices may be stored tiled (ModelWeights::matrices_tiled) or row-major, in either precision.
   CpuBackend(const ModelWeights& weights, Precision precision, ThreadPool& pool);
-
-  // Whether a CpuBackend of this precision reads layer matrices stored tiled (WeightLoadOptions::
-  // tile_layer_matrices): bf16 mode on a CPU whose matmul kernel is the AVX-512 BF16 one.
-  static bool ReadsTiledWeights(Precision precision);
 
   std::string device() const override { return "cpu"; }
   std::unique_ptr<SequenceState> NewSequence() const override;

@@ -16,11 +16,9 @@ namespace {
 
 using matmul_internal::RoundUp;
 
-// Threads receive whole units of columns: a multiple of the AVX2 kernels' tile widths, and for the
-// AVX-512 BF16 kernel one vector of outputs (a thread's range may split a group of 48 tiled rows:
-// whole groups left 2 threads 1056 and 992 of k_proj's 2048 columns).
-constexpr int64_t kAvx2ColumnUnit = 24;
-constexpr int64_t kBf16ColumnUnit = 16;
+// Threads receive whole units of columns: one AVX-512 vector of outputs (a thread's range may split a
+// group of 48 tiled rows: whole groups left 2 threads 1056 and 992 of k_proj's 2048 columns).
+constexpr int64_t kColumnUnit = 16;
 // Below this many multiply-adds a call runs on the calling thread: waking workers would cost more.
 constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
 
@@ -52,10 +50,10 @@ void ForRows(int64_t m, int64_t k, ThreadPool& pool, const std::function<void(in
   }
 }
 
-// Activations in the AVX2 kernel's layout: fp32 rows (rounded to bf16 values if asked), padded with
-// zeros to a multiple of 8. Always a copy: it is small next to the weights, and aligned.
+// Activations for the column-order kernels: fp32 rows (rounded to bf16 values if asked), padded with
+// zeros to a multiple of kPairXPad. Always a copy: it is small next to the weights, and aligned.
 const float* PrepareF32(const float* x, int64_t m, int64_t k, bool round_to_bf16, ThreadPool& pool, int64_t* ldx) {
-  const int64_t kp = RoundUp(k, matmul_internal::kAvx2KStep);
+  const int64_t kp = RoundUp(k, matmul_internal::kPairXPad);
   float* out = matmul_internal::ThreadScratch<float, matmul_internal::Slot::kActivations>(m * kp);
   ForRows(m, k, pool, [&](int64_t i) {
     float* row = out + i * kp;
@@ -70,9 +68,9 @@ const float* PrepareF32(const float* x, int64_t m, int64_t k, bool round_to_bf16
   return out;
 }
 
-// Activations for the AVX-512 BF16 kernel: bf16 rows padded with zeros to a multiple of 32.
+// Activations for the AVX-512 BF16 kernel: bf16 rows padded with zeros to a multiple of kPairXPad.
 const uint16_t* PrepareBf16(const float* x, int64_t m, int64_t k, ThreadPool& pool, int64_t* ldx) {
-  const int64_t kp = RoundUp(k, matmul_internal::kAvx512XPad);
+  const int64_t kp = RoundUp(k, matmul_internal::kPairXPad);
   uint16_t* out = matmul_internal::ThreadScratch<uint16_t, matmul_internal::Slot::kActivations>(m * kp);
   ForRows(m, k, pool, [&](int64_t i) {
     uint16_t* row = out + i * kp;
@@ -83,32 +81,31 @@ const uint16_t* PrepareBf16(const float* x, int64_t m, int64_t k, ThreadPool& po
   return out;
 }
 
-void RunAvx2(const float* x, int64_t m, int64_t k, const void* w, bool w_is_bf16, int64_t n, float* y,
-             ThreadPool& pool, bool x_as_bf16, bool wide) {
-  matmul_internal::Avx2Problem p{};
-  p.x = PrepareF32(x, m, k, x_as_bf16, pool, &p.ldx);
-  p.m = m;
-  p.k = k;
-  p.w = w;
-  p.w_is_bf16 = w_is_bf16;
-  p.n = n;
-  p.y = y;
-  p.wide = wide && CpuSupportsAvx512F();
-  ForColumns(m, k, n, kAvx2ColumnUnit, pool, [&p](int64_t j0, int64_t j1) { matmul_internal::Avx2Columns(p, j0, j1); });
-}
-
-void RunAvx512Bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, bool w_tiled, int64_t n, float* y,
-                   ThreadPool& pool) {
-  matmul_internal::Avx512Bf16Problem p{};
-  p.x = PrepareBf16(x, m, k, pool, &p.ldx);
+// The kernel for `isa` and the mode: the AVX-512 BF16 one for bf16-x mode where the ISA is kAvx512Bf16
+// (and the CPU has it), else the column order, on AVX-512F registers unless the ISA is kAvx2 (or the CPU
+// lacks AVX-512 F/BW/VL), x rounded to bf16 values if x_as_bf16.
+void Run(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w, bool w_tiled, int64_t n, float* y,
+         ThreadPool& pool, bool x_as_bf16) {
+  const bool bf16_dot = isa == MatmulIsa::kAvx512Bf16 && x_as_bf16 && CpuSupportsAvx512Bf16();
+  const bool wide = isa != MatmulIsa::kAvx2 && CpuSupportsAvx512F();
+  matmul_internal::PairProblem p{};
+  p.x = bf16_dot ? static_cast<const void*>(PrepareBf16(x, m, k, pool, &p.ldx))
+                 : PrepareF32(x, m, k, x_as_bf16, pool, &p.ldx);
   p.m = m;
   p.k = k;
   p.w = w;
   p.w_tiled = w_tiled;
   p.n = n;
   p.y = y;
-  ForColumns(m, k, n, kBf16ColumnUnit, pool,
-             [&p](int64_t j0, int64_t j1) { matmul_internal::Avx512Bf16Columns(p, j0, j1); });
+  ForColumns(m, k, n, kColumnUnit, pool, [&p, bf16_dot, wide](int64_t j0, int64_t j1) {
+    if (bf16_dot) {
+      matmul_internal::Avx512Bf16Columns(p, j0, j1);
+    } else if (wide) {
+      matmul_internal::Avx512FColumns(p, j0, j1);
+    } else {
+      matmul_internal::Avx2Columns(p, j0, j1);
+    }
+  });
 }
 
 // Handles the shapes that leave the kernels nothing to do; returns true if the call is complete.
@@ -124,13 +121,13 @@ bool TrivialShape(int64_t m, int64_t k, int64_t n, float* y) {
 }  // namespace
 
 bool CpuSupportsAvx512F() {
-  static const bool supported = __builtin_cpu_supports("avx512f");
+  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512vl");
   return supported;
 }
 
 bool CpuSupportsAvx512Bf16() {
-  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  static const bool supported = CpuSupportsAvx512F() && __builtin_cpu_supports("avx512bf16");
   return supported;
 }
 
@@ -160,11 +157,7 @@ std::string_view MatmulIsaName(MatmulIsa isa) {
 void MatmulBf16WithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
                        float* y, ThreadPool& pool, bool x_as_bf16) {
   if (TrivialShape(m, k, n, y)) return;
-  if (isa == MatmulIsa::kAvx512Bf16 && x_as_bf16 && CpuSupportsAvx512Bf16()) {
-    RunAvx512Bf16(x, m, k, w, /*w_tiled=*/false, n, y, pool);
-  } else {
-    RunAvx2(x, m, k, w, /*w_is_bf16=*/true, n, y, pool, x_as_bf16, /*wide=*/isa != MatmulIsa::kAvx2);
-  }
+  Run(isa, x, m, k, w, /*w_tiled=*/false, n, y, pool, x_as_bf16);
 }
 
 void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
@@ -172,19 +165,15 @@ void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t
   MatmulBf16WithIsa(ActiveMatmulIsa(), x, m, k, w, n, y, pool, x_as_bf16);
 }
 
-bool MatmulReadsTiledWeights() { return ActiveMatmulIsa() == MatmulIsa::kAvx512Bf16; }
-
-void MatmulBf16Tiled(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
-                     ThreadPool& pool) {
+void MatmulBf16TiledWithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
+                            float* y, ThreadPool& pool, bool x_as_bf16) {
   if (TrivialShape(m, k, n, y)) return;
-  RunAvx512Bf16(x, m, k, w, /*w_tiled=*/true, n, y, pool);
+  Run(isa, x, m, k, w, /*w_tiled=*/true, n, y, pool, x_as_bf16);
 }
 
-void MatmulF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
-               ThreadPool& pool) {
-  if (TrivialShape(m, k, n, y)) return;
-  RunAvx2(x, m, k, w, /*w_is_bf16=*/false, n, y, pool, /*x_as_bf16=*/false,
-          /*wide=*/ActiveMatmulIsa() != MatmulIsa::kAvx2);
+void MatmulBf16Tiled(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                     ThreadPool& pool, bool x_as_bf16) {
+  MatmulBf16TiledWithIsa(ActiveMatmulIsa(), x, m, k, w, n, y, pool, x_as_bf16);
 }
 
 }  // namespace layerpipe

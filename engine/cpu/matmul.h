@@ -1,11 +1,10 @@
 // Dense matrix products y = x · Wᵀ for the CPU engine (Hugging Face layout: W is [n, k] row-major).
 //
 // Determinism contract: y[i, j] depends only on row i of x, row j of W and k -- never on m, on the
-// other rows of x, on the thread count or on how columns are split among threads. Every (i, j) dot
-// product uses one fixed reduction order (fixed SIMD lanes over k, fixed final horizontal sum) in both
-// the small-m (decode) and the large-m (prefill) kernels, and threads split work over n only.
-// The reduction order is a property of the instruction set, so results are bit-identical across
-// machines that run the same kernel (see MatmulIsa); fp32 mode always has the AVX2 order.
+// other rows of x, on the thread count, on how columns are split among threads or on whether W is
+// stored tiled. Every (i, j) dot product uses one fixed reduction order in both the small-m (decode) and
+// the large-m (prefill) kernels, and threads split work over n only. The order is a property of the
+// kernel (see MatmulIsa), so results are bit-identical across machines that run the same kernel.
 #ifndef LAYERPIPE_ENGINE_CPU_MATMUL_H_
 #define LAYERPIPE_ENGINE_CPU_MATMUL_H_
 
@@ -23,34 +22,30 @@ namespace layerpipe {
 void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
                 ThreadPool& pool, bool x_as_bf16);
 
-// Same contract with fp32 weights and fp32 x, always in the AVX2 order (on AVX-512F registers where the
-// CPU has them and $LAYERPIPE_MATMUL_ISA is not avx2).
-void MatmulF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
-               ThreadPool& pool);
-
-// Which kernel MatmulBf16 runs for x_as_bf16 = true. kAvx2 and kAvx512F share one reduction order
-// (bit-identical results; kAvx512F runs long chunks on 512-bit registers, two output columns per
-// register); kAvx512Bf16 has its own (vdpbf16ps). fp32 mode always has the AVX2 order, on AVX-512F
-// registers unless the ISA is kAvx2.
+// Which kernel MatmulBf16 runs, and its reduction order (matmul_kernels.h):
+//  - kAvx2 and kAvx512F: the column order (one fused multiply-add chain per output over k in increasing
+//    order, as a scalar loop would run it) on 256- or 512-bit registers, the same bits, both modes;
+//  - kAvx512Bf16: its own order on vdpbf16ps for bf16-x mode; fp32 mode runs the column order.
 enum class MatmulIsa { kAvx2, kAvx512F, kAvx512Bf16 };
 
 // The best ISA this CPU supports, unless $LAYERPIPE_MATMUL_ISA names another: avx2 (so a cluster mixing
-// CPU generations can still produce bit-identical tokens, or to compare kernels) or avx512f (the AVX2
-// order on an AVX-512 BF16 machine, at AVX-512 width). Read once per process.
+// CPU generations can still produce bit-identical tokens, or to compare kernels) or avx512f (the column
+// order on an AVX-512 BF16 machine, as every machine without BF16 runs it). Read once per process.
 MatmulIsa ActiveMatmulIsa();
+// AVX-512 F, BW and VL (every AVX-512 server CPU since Skylake-SP): what the kAvx512F kernel needs;
+// without them it runs on AVX2 registers.
 bool CpuSupportsAvx512F();
 bool CpuSupportsAvx512Bf16();
 std::string_view MatmulIsaName(MatmulIsa isa);
 
-// Whether MatmulBf16 in bf16-x mode runs the AVX-512 BF16 kernel here, the one kernel that also reads
-// weights stored tiled (engine/model/tiled_rows.h; a CPU stage stores them so when this holds).
-bool MatmulReadsTiledWeights();
-
-// MatmulBf16(x_as_bf16 = true) with w stored tiled (TileRowsInPlace; CanTileRows(k)): the
-// same bits as MatmulBf16 on the row-major weights, without repacking them per call. Only where
-// MatmulReadsTiledWeights().
+// MatmulBf16 with w stored tiled (engine/model/tiled_rows.h: TileRowsInPlace; CanTileRows(k)), the order
+// every kernel reads weights in: the same bits as MatmulBf16 on the row-major weights, without
+// transposing them per call.
 void MatmulBf16Tiled(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
-                     ThreadPool& pool);
+                     ThreadPool& pool, bool x_as_bf16);
+// The same with an explicit ISA (supported by this CPU). For tests and benchmarks.
+void MatmulBf16TiledWithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
+                            float* y, ThreadPool& pool, bool x_as_bf16);
 
 // MatmulBf16 with an explicit ISA; `isa` must be supported by this CPU. For tests and benchmarks.
 void MatmulBf16WithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w,

@@ -1,284 +1,349 @@
-// AVX2/FMA matmul kernels. Both paths below run the same per-(row, column) arithmetic (see
-// kAvx2KStep), so the row count only changes speed, never bits:
-//  - streaming (decode and short prefill chunks): weights are read straight from memory and widened
-//    bf16 -> fp32 in registers; each weight row comes from DRAM once and from cache for the other
-//    row tiles;
-//  - blocked (long prefill chunks): a block of weight columns x k range is widened once into a packed
-//    fp32 buffer that every row tile reuses; partial sums are parked per lane between k blocks.
+// AVX2/FMA matmul kernel, in the column order of matmul_kernels.h (an fp32 lane per output column, one
+// fused multiply-add per value of k in increasing k): the bits of the AVX-512F kernel, on 256-bit
+// registers. Weights are read as pairs of k of 8 weight rows a vector, the order engine/model/
+// tiled_rows.h stores them in (row-major weights are transposed 8 rows x 8 pairs at a time).
+//
+// A group of 48 weight rows is taken a chunk of pairs at a time, and every row tile of x passes over
+// the chunk, the partial sums kept in y between chunks:
+//  - prefill (more than kFewRows rows): the chunk is widened to fp32 once into a block in L2 (value q
+//    of the 48 columns back to back), and tiles of 4 rows x 24 columns (12 accumulators, 3 weight
+//    vectors and a broadcast of the 16 ymm registers) pass over it;
+//  - decode (up to kFewRows rows): tiles of up to 2 rows x the whole group read the pairs in place
+//    (tiled weights; row-major ones are first transposed into a block in L1) and widen them in
+//    registers, so the weights stream once, with no block stored and loaded again.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "engine/cpu/avx2_sum.h"
 #include "engine/cpu/matmul_kernels.h"
-#include "engine/cpu/matmul_prefetch.h"
 #include "engine/cpu/tile_table.h"
-#include "engine/model/bf16.h"
+#include "engine/model/tiled_rows.h"
 
 namespace layerpipe::matmul_internal {
 namespace {
 
-// Micro-tile: kRows rows x kCols columns -> 12 accumulators + 3 weight vectors + 1 x vector = 16 ymm.
+constexpr int kLanes = 8;
+constexpr int kGroupVectors = kTileRows / kLanes;
+static_assert(kTileRows % kLanes == 0, "a tiled group is whole vectors");
+// Register tile: kRows rows x kTileVectors vectors (a half group).
 constexpr int kRows = 4;
-constexpr int kCols = 3;
-// Up to this many rows, and while x fits in an L2, the streaming path is as fast or faster (measured on
-// Zen 4: re-widening a cache-hot weight tile per row tile is cheap); beyond either, packing plus k
-// blocking wins. Streamed from L3, x is the bottleneck: down_proj (k = 15360) at 64 rows (3.8 MiB of
-// x) ran 15 % faster blocked on a 2-core Zen 5 VM, q_proj at 64 rows (0.9 MiB) 2-5 % slower.
-constexpr int64_t kStreamMaxRows = 64;
-constexpr int64_t kStreamMaxXBytes = int64_t{1} << 20;
-// On AVX-512F registers (matmul_avx512f.cc) streaming with 8-row tiles is as fast up to 16 rows, and
-// up to 32 while x fits in an L2; packing pays from fewer rows on than here. On a 2-core Zen 5 VM,
-// alternating calls: q_proj at 24 and 32 rows (360-480 KiB of x) 8-25 % faster streamed, 48 and 64
-// rows 8-15 % slower; down_proj at 24 rows (1.4 MiB) as fast, at 32 rows 12 % slower.
-constexpr int64_t kWideStreamMaxRows = 16;
-constexpr int64_t kWideStreamMaxL2Rows = 32;
-// Blocked path: kBlockCols weight columns x kBlockK values of k are packed (fp32, 192 KiB: L2) per
-// block; the x tile (4 rows x kBlockK) stays in L1. Larger blocks measured no better.
-constexpr int64_t kBlockCols = 48;
-constexpr int64_t kBlockK = 1024;
-// Rows are taken at most kBlockRows and at most kSuperBytes of x at a time (273 rows at k = 3840, 68 at
-// 15360), so their x and parked partial sums stay in L3 while every column block passes over them;
-// with all rows of a long prefill chunk at once both would come from DRAM for every column block, and
-// 512 rows of x (7.5 MiB at k = 3840) held q/k/o/gate 2-core Zen 5 GEMMs at 72-78 % of the FMA peak
-// (80-84 % at 4 MiB), at the cost of widening each weight block once per pass.
-constexpr int64_t kBlockRows = 512;
-constexpr int64_t kSuperBytes = int64_t{4} << 20;
+constexpr int kTileVectors = 3;
+constexpr int64_t kTileCols = kTileVectors * kLanes;
+static_assert(kTileRows == 2 * kTileCols);
+// Pairs of k per chunk: prefill, 512 (a 192 KiB block in L2, reused by every row tile); decode on tiled
+// weights, 1024 (192 KiB read in place, in L2 for the row tiles after the first); decode on row-major
+// weights, 64 (the transposed 12 KiB block in L1).
+constexpr int64_t kFewRows = 8;
+constexpr int64_t kChunkPairs = 512;
+constexpr int64_t kInPlaceChunkPairs = 1024;
+constexpr int64_t kTransposedChunkPairs = 64;
+// Rows of x per pass over all column groups (each group reads them again, from L3 while they fit;
+// each pass streams all the weights again): at most kPassRows rows and kPassBytes of x.
+constexpr int64_t kPassBytes = int64_t{8} << 20;
+constexpr int64_t kPassRows = 512;
+// How far ahead the packers prefetch the weights they read from memory: tiled, along the one stream
+// (bytes); row-major, along each of 8 rows (bf16 values).
+constexpr int64_t kTiledAheadBytes = 16384;
+constexpr int64_t kRowAhead = 512;
 
-inline __m256 WidenBf16(const uint16_t* p) { return Bf16x8ToF32(p); }
+inline int64_t Pairs(const PairProblem& p) { return (p.k + 1) / 2; }
 
-// Weight sources: Load(c, q) returns w[col c][q .. q+8) as fp32. Sources read straight from the
-// (mmapped) weights also prefetch: the hardware prefetcher alone leaves a core well short of its
-// share of DRAM bandwidth once there is arithmetic between the loads.
-struct Bf16Rows {
-  static constexpr bool kPrefetch = true;
-  const uint16_t* w;
-  int64_t ld;
-  __m256 Load(int c, int64_t q) const { return WidenBf16(w + c * ld + q); }
-  void Prefetch(int c, int64_t q) const {
-    _mm_prefetch(reinterpret_cast<const char*>(w + c * ld + q) + kRowPrefetchBytes, _MM_HINT_T0);
+// Lanes [0, lanes) of a vector, as AVX2's masked loads and stores take them.
+inline __m256i LaneMask(int64_t lanes) {
+  const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(lanes, 0, kLanes))), index);
+}
+
+// The two fp32 values of 8 columns' pairs: the low half of a pair's 32 bits is the bf16 of value 2p,
+// the high half that of 2p + 1.
+inline void StoreWidened(__m256i pairs, float* even, float* odd) {
+  _mm256_store_ps(even, _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16)));
+  _mm256_store_ps(odd, _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(static_cast<int>(0xffff0000u)))));
+}
+
+// The lines of a group's pair (up to 48 lanes: 192 bytes) kTiledAheadBytes further on in its stream.
+inline void PrefetchAhead(const uint32_t* pair) {
+#pragma GCC unroll 3
+  for (int line = 0; line < 3; ++line) {
+    _mm_prefetch(reinterpret_cast<const char*>(pair) + kTiledAheadBytes + 64 * line, _MM_HINT_T0);
   }
-};
-struct F32Rows {
-  static constexpr bool kPrefetch = true;
-  const float* w;
-  int64_t ld;
-  __m256 Load(int c, int64_t q) const { return _mm256_loadu_ps(w + c * ld + q); }
-  void Prefetch(int c, int64_t q) const {
-    _mm_prefetch(reinterpret_cast<const char*>(w + c * ld + q) + kRowPrefetchBytes, _MM_HINT_T0);
-  }
-};
-// Packed tile of C columns: for each step of 8 values, C vectors back to back; q is relative to the
-// start of the packed k range. Cache-resident by construction.
-template <int C>
-struct PackedCols {
-  static constexpr bool kPrefetch = false;
-  const float* w;
-  __m256 Load(int c, int64_t q) const { return _mm256_load_ps(w + q * C + c * 8); }
-  void Prefetch(int, int64_t) const {}
-};
+}
 
-// acc[r][c] += x[r][q..] * w[c][q..] over q in [q_begin, q_end) (multiples of 8), in increasing q.
-// x_q_offset maps the weight source's q to x's column (they differ for the packed source).
-template <int R, int C, typename W>
-inline void Accumulate(const float* x, int64_t ldx, int64_t x_q_offset, const W& w, int64_t q_begin,
-                       int64_t q_end, __m256 (&acc)[R][C]) {
-  auto step = [&](int64_t q) __attribute__((always_inline)) {
-    __m256 wv[C];
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) wv[c] = w.Load(c, q);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const __m256 xv = _mm256_loadu_ps(x + r * ldx + x_q_offset + q);
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+// Block of pairs [p0, p1) of columns [j, j + cols) (within one group) of tiled weights: value
+// 2(p - p0) + e of column c at out[(2(p - p0) + e) * kTileRows + c]; columns past cols are zero.
+void PackTiled(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, float* out) {
+  const int64_t g0 = j / kTileRows * kTileRows, g = TileGroupRows(g0, p.n);
+  const uint32_t* src = reinterpret_cast<const uint32_t*>(p.w + g0 * p.k) + p0 * g + (j - g0);
+  const int vectors = static_cast<int>((cols + kLanes - 1) / kLanes);
+  const bool ragged = cols % kLanes != 0;
+  const __m256i last = LaneMask(cols - (vectors - 1) * kLanes);
+  for (int64_t q = p0; q < p1; ++q, src += g, out += 2 * kTileRows) {
+    PrefetchAhead(src);
+    for (int v = 0; v < vectors; ++v) {
+      const int* at = reinterpret_cast<const int*>(src + v * kLanes);
+      const __m256i pairs = ragged && v == vectors - 1 ? _mm256_maskload_epi32(at, last)
+                                                        : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
+      StoreWidened(pairs, out + v * kLanes, out + kTileRows + v * kLanes);
     }
-  };
-  int64_t q = q_begin;
-  if constexpr (W::kPrefetch) {
-    // One prefetch per weight row per 64-byte line of bf16.
-    for (; q + 4 * kAvx2KStep <= q_end; q += 4 * kAvx2KStep) {
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) w.Prefetch(c, q);
-      step(q);
-      step(q + kAvx2KStep);
-      step(q + 2 * kAvx2KStep);
-      step(q + 3 * kAvx2KStep);
+    for (int v = vectors; v < kGroupVectors; ++v) {
+      _mm256_store_ps(out + v * kLanes, _mm256_setzero_ps());
+      _mm256_store_ps(out + kTileRows + v * kLanes, _mm256_setzero_ps());
     }
   }
-  for (; q < q_end; q += kAvx2KStep) step(q);
 }
 
-template <int R, int C>
-inline void ZeroAcc(__m256 (&acc)[R][C]) {
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-}
-
-// y[r * ldy + c * step] for the tile's rows r and columns c.
-template <int R, int C>
-inline void StoreSums(const __m256 (&acc)[R][C], float* y, int64_t ldy, int64_t step = 1) {
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) y[r * ldy + c * step] = HorizontalSum(acc[r][c]);
-}
-
-// Streaming path: whole k per tile, weights read in place; the tile's columns are j, j + step, ...
-template <int R, int C>
-void StreamTile(const Avx2Problem& p, int64_t i, int64_t j, int64_t step) {
-  __m256 acc[R][C];
-  ZeroAcc(acc);
-  const float* x = p.x + i * p.ldx;
-  const int64_t k_full = p.k / kAvx2KStep * kAvx2KStep;
-  if (p.w_is_bf16) {
-    Accumulate(x, p.ldx, 0, Bf16Rows{static_cast<const uint16_t*>(p.w) + j * p.k, step * p.k}, 0, k_full, acc);
-  } else {
-    Accumulate(x, p.ldx, 0, F32Rows{static_cast<const float*>(p.w) + j * p.k, step * p.k}, 0, k_full, acc);
+// The 8 x 8 matrix of 32-bit values in r, transposed in place.
+inline void Transpose8(__m256i (&r)[kLanes]) {
+  __m256 a[8], b[8];
+  for (int i = 0; i < 4; ++i) {
+    a[2 * i] = _mm256_unpacklo_ps(_mm256_castsi256_ps(r[2 * i]), _mm256_castsi256_ps(r[2 * i + 1]));
+    a[2 * i + 1] = _mm256_unpackhi_ps(_mm256_castsi256_ps(r[2 * i]), _mm256_castsi256_ps(r[2 * i + 1]));
   }
-  if (k_full < p.k) {  // ragged end of k: zero-padded copy, matching x's zero padding
-    alignas(32) float packed[kAvx2KStep * C];
-    PackColumns(p, j, C, C, k_full, kAvx2KStep, packed, step);
-    Accumulate(x, p.ldx, k_full, PackedCols<C>{packed}, 0, kAvx2KStep, acc);
+  for (int i = 0; i < 2; ++i) {
+    b[4 * i + 0] = _mm256_shuffle_ps(a[4 * i], a[4 * i + 2], 0x44);
+    b[4 * i + 1] = _mm256_shuffle_ps(a[4 * i], a[4 * i + 2], 0xee);
+    b[4 * i + 2] = _mm256_shuffle_ps(a[4 * i + 1], a[4 * i + 3], 0x44);
+    b[4 * i + 3] = _mm256_shuffle_ps(a[4 * i + 1], a[4 * i + 3], 0xee);
   }
-  StoreSums(acc, p.y + i * p.n + j, p.n, step);
-}
-
-// Blocked path: one k block of one tile against packed weights; partial sums live in `park`
-// (one 8-float vector per (row, column) of the tile, row stride park_ld vectors).
-// The loops over the accumulators are unrolled: left rolled, GCC copied them to and from `park`
-// through the stack in 16-byte halves, and the 32-byte reloads missed store forwarding (on a 2-core
-// Zen 5 VM, alternating calls at 512 rows: down_proj 5 % and q_proj 1 % slower).
-template <int R, int C>
-void BlockTile(const Avx2Problem& p, int64_t i, int64_t j, int64_t q0, int64_t len, const float* packed,
-               float* park, int64_t park_ld, bool first, bool last) {
-  __m256 acc[R][C];
-  if (first) {
-    ZeroAcc(acc);
-  } else {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_load_ps(park + (r * park_ld + c) * 8);
-  }
-  Accumulate(p.x + i * p.ldx, p.ldx, q0, PackedCols<C>{packed}, 0, len, acc);
-  if (last) {
-    StoreSums(acc, p.y + i * p.n + j, p.n);
-  } else {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) _mm256_store_ps(park + (r * park_ld + c) * 8, acc[r][c]);
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm256_castps_si256(_mm256_permute2f128_ps(b[c], b[4 + c], 0x20));
+    r[c + 4] = _mm256_castps_si256(_mm256_permute2f128_ps(b[c], b[4 + c], 0x31));
   }
 }
 
-using StreamFn = void (*)(const Avx2Problem&, int64_t, int64_t, int64_t);
-using BlockFn = void (*)(const Avx2Problem&, int64_t, int64_t, int64_t, int64_t, const float*, float*,
-                         int64_t, bool, bool);
-
-template <int R, int C>
-struct StreamEntry {
-  static constexpr StreamFn kFn = &StreamTile<R, C>;
-};
-template <int R, int C>
-struct BlockEntry {
-  static constexpr BlockFn kFn = &BlockTile<R, C>;
-};
-constexpr auto kStreamTiles = TileTable<StreamEntry, kRows, kCols>();
-constexpr auto kBlockTiles = TileTable<BlockEntry, kRows, kCols>();
-
-void StreamColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
-  ForSegmentedTiles(j_begin, j_end, kCols, [&p](int64_t j, int64_t step, int64_t cols) {
-    for (int64_t i = 0; i < p.m; i += kRows) {
-      const int64_t rows = std::min<int64_t>(kRows, p.m - i);
-      kStreamTiles[rows - 1][cols - 1](p, i, j, step);
+// Pairs [pb, pb + 8) of the row-major weight rows [row0, row0 + rows) (rows <= 8), transposed:
+// r[q] holds pair pb + q of the 8 rows. Values past k and rows past `rows` read as zeros, as x's
+// padding does (a pair straddling k's end is (w, 0)).
+inline void LoadPairs8(const PairProblem& p, int64_t row0, int64_t rows, int64_t pb, __m256i (&r)[kLanes]) {
+  const int64_t values = std::clamp<int64_t>(p.k - 2 * pb, 0, 2 * kLanes);
+  for (int row = 0; row < kLanes; ++row) {
+    const uint16_t* src = p.w + (row0 + row) * p.k + 2 * pb;
+    if (row >= rows) {
+      r[row] = _mm256_setzero_si256();
+    } else if (values == 2 * kLanes) {
+      _mm_prefetch(reinterpret_cast<const char*>(src + kRowAhead), _MM_HINT_T0);
+      r[row] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+    } else {
+      alignas(32) uint16_t tail[2 * kLanes] = {};
+      std::memcpy(tail, src, values * sizeof(uint16_t));
+      r[row] = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail));
     }
+  }
+  Transpose8(r);
+}
+
+// Row-major weight rows [j, j + cols) over pairs [p0, p1), 8 rows x 8 pairs at a time, as `store`(q,
+// v, pairs) takes them: pair q - p0 of the rows in vector v.
+template <typename StoreFn>
+void TransposeRowMajor(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, StoreFn&& store) {
+  for (int v = 0; v < kGroupVectors; ++v) {
+    const int64_t rows = std::clamp<int64_t>(cols - v * kLanes, 0, kLanes);
+    for (int64_t pb = p0; pb < p1; pb += kLanes) {
+      __m256i r[kLanes];
+      LoadPairs8(p, j + v * kLanes, rows, pb, r);
+      const int64_t count = std::min<int64_t>(kLanes, p1 - pb);
+      for (int64_t q = 0; q < count; ++q) store(pb + q - p0, v, r[q]);
+    }
+  }
+}
+
+// PackTiled's block from row-major weights.
+void PackRowMajor(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, float* out) {
+  TransposeRowMajor(p, j, cols, p0, p1, [out](int64_t q, int v, __m256i pairs) {
+    float* at = out + 2 * q * kTileRows + v * kLanes;
+    StoreWidened(pairs, at, at + kTileRows);
   });
 }
 
-void BlockedRows(const Avx2Problem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
-  const int64_t kp = RoundUp(p.k, kAvx2KStep);
-  float* packed = ThreadScratch<float, Slot::kPackedWeights>(kBlockCols * std::min(kBlockK, kp));
-  float* park =
-      kp > kBlockK ? ThreadScratch<float, Slot::kPartialSums>((i_end - i_begin) * kBlockCols * 8) : nullptr;
+// Row-major weights in the tiled order, a block of pairs [p0, p1) of columns [j, j + cols): pair q of
+// column c at out[(q - p0) * kTileRows + c] (columns past cols zero).
+void PairsRowMajor(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, uint32_t* out) {
+  TransposeRowMajor(p, j, cols, p0, p1, [out](int64_t q, int v, __m256i pairs) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out + q * kTileRows + v * kLanes), pairs);
+  });
+}
 
-  for (int64_t jc = j_begin; jc < j_end; jc += kBlockCols) {
-    const int64_t nc = std::min(kBlockCols, j_end - jc);
-    for (int64_t q0 = 0; q0 < kp; q0 += kBlockK) {
-      const int64_t len = std::min(kBlockK, kp - q0);
-      const bool first = q0 == 0, last = q0 + len >= kp;
-      // The tile of columns [t, t + kCols) is packed at packed + t * len (a last partial tile narrower).
-      for (int64_t t = 0; t < nc; t += kCols) {
-        const int64_t cols = std::min<int64_t>(kCols, nc - t);
-        PackColumns(p, jc + t, cols, cols, q0, len, packed + t * len);
-      }
-      const int64_t tile_calls = (i_end - i_begin + kRows - 1) / kRows * ((nc + kCols - 1) / kCols);
-      NextBlockPrefetch prefetch(p, jc, j_end, kBlockCols, q0, kBlockK, tile_calls);
-      for (int64_t i = i_begin; i < i_end; i += kRows) {
-        const int64_t rows = std::min<int64_t>(kRows, i_end - i);
-        for (int64_t t = 0; t < nc; t += kCols) {
-          const int64_t cols = std::min<int64_t>(kCols, nc - t);
-          prefetch.Step();
-          kBlockTiles[rows - 1][cols - 1](p, i, jc + t, q0, len, packed + t * len,
-                                          park ? park + ((i - i_begin) * kBlockCols + t) * 8 : nullptr,
-                                          kBlockCols, first, last);
-        }
+// Rows [i, i + R) x block columns [h, h + kTileCols) over the block's `values` values of k, x from
+// column q0 on. The block's first chunk starts from +0, the others from the sums y holds; the first
+// `cols` columns of y are written.
+template <int R>
+void Tile(const PairProblem& p, int64_t i, int64_t q0, const float* block, int64_t values, float* y,
+          int64_t cols, bool first) {
+  const float* x = static_cast<const float*>(p.x) + i * p.ldx + q0;
+  const bool full = cols >= kTileCols;
+  __m256i masks[kTileVectors];
+#pragma GCC unroll 4
+  for (int v = 0; v < kTileVectors; ++v) masks[v] = LaneMask(cols - v * kLanes);
+  // Left rolled, GCC keeps accumulator arrays in memory: every loop over them is unrolled.
+  __m256 acc[R][kTileVectors];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kTileVectors; ++v) {
+      float* at = y + r * p.n + v * kLanes;
+      acc[r][v] = first ? _mm256_setzero_ps() : full ? _mm256_loadu_ps(at) : _mm256_maskload_ps(at, masks[v]);
+    }
+  }
+  for (int64_t q = 0; q < values; ++q, block += kTileRows) {
+    __m256 w[kTileVectors];
+#pragma GCC unroll 4
+    for (int v = 0; v < kTileVectors; ++v) w[v] = _mm256_load_ps(block + v * kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 xb = _mm256_broadcast_ss(x + r * p.ldx + q);
+#pragma GCC unroll 4
+      for (int v = 0; v < kTileVectors; ++v) acc[r][v] = _mm256_fmadd_ps(xb, w[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kTileVectors; ++v) {
+      float* at = y + r * p.n + v * kLanes;
+      if (full) {
+        _mm256_storeu_ps(at, acc[r][v]);
+      } else {
+        _mm256_maskstore_ps(at, masks[v], acc[r][v]);
       }
     }
   }
 }
 
-void BlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
-  const int64_t row_bytes = RoundUp(p.k, kAvx2KStep) * static_cast<int64_t>(sizeof(float));
-  const int64_t rows = std::clamp<int64_t>(kSuperBytes / row_bytes / kRows * kRows, kRows, kBlockRows);
-  for (int64_t i = 0; i < p.m; i += rows) BlockedRows(p, i, std::min(p.m, i + rows), j_begin, j_end);
+using TileFn = void (*)(const PairProblem&, int64_t, int64_t, const float*, int64_t, float*, int64_t, bool);
+template <int R, int>
+struct TileEntry {
+  static constexpr TileFn kFn = &Tile<R>;
+};
+constexpr auto kTiles = TileTable<TileEntry, kRows, 1>();
+
+// Decode on tiled weights: rows [i, i + R) x the first `cols` columns (V vectors, the last masked if
+// kMasked) of the group panel `w` (pairs `stride` lanes apart) over `pairs` pairs, x from pair p0 on,
+// read in place and widened in registers: a whole group's columns in one pass, so the weights stream
+// once, with no block stored and loaded again. Accumulates into y as Tile does.
+template <int R, int V, bool kMasked, bool kPrefetch>
+void InPlaceTile(const PairProblem& p, int64_t i, int64_t p0, const uint32_t* w, int64_t stride, int64_t pairs,
+                 float* y, int64_t cols, bool first) {
+  const float* x = static_cast<const float*>(p.x) + i * p.ldx + 2 * p0;
+  const __m256i last = LaneMask(cols - (V - 1) * kLanes);
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  __m256 acc[R][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      float* at = y + r * p.n + v * kLanes;
+      acc[r][v] = first ? _mm256_setzero_ps()
+                        : (kMasked && v == V - 1 ? _mm256_maskload_ps(at, last) : _mm256_loadu_ps(at));
+    }
+  }
+  for (int64_t q = 0; q < pairs; ++q, w += stride) {
+    if constexpr (kPrefetch) PrefetchAhead(w);
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      const int* at = reinterpret_cast<const int*>(w + v * kLanes);
+      const __m256i pairs_v = kMasked && v == V - 1 ? _mm256_maskload_epi32(at, last)
+                                                     : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
+      const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(pairs_v, 16));
+      const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(pairs_v, high));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        acc[r][v] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * p.ldx + 2 * q), even, acc[r][v]);
+        acc[r][v] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * p.ldx + 2 * q + 1), odd, acc[r][v]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      float* at = y + r * p.n + v * kLanes;
+      if (kMasked && v == V - 1) {
+        _mm256_maskstore_ps(at, last, acc[r][v]);
+      } else {
+        _mm256_storeu_ps(at, acc[r][v]);
+      }
+    }
+  }
+}
+
+using InPlaceFn = void (*)(const PairProblem&, int64_t, int64_t, const uint32_t*, int64_t, int64_t, float*, int64_t,
+                           bool);
+// [kMasked][kPrefetch]: tiled weights come from memory and are prefetched; a transposed block is in L1.
+template <bool kMasked, bool kPrefetch>
+struct InPlaceEntries {
+  template <int R, int V>
+  struct Entry {
+    static constexpr InPlaceFn kFn = &InPlaceTile<R, V, kMasked, kPrefetch>;
+  };
+};
+constexpr int kInPlaceRows = 2;
+template <bool kMasked, bool kPrefetch>
+constexpr auto kInPlaceTiles = TileTable<InPlaceEntries<kMasked, kPrefetch>::template Entry, kInPlaceRows, kGroupVectors>();
+using InPlaceTable = decltype(kInPlaceTiles<false, false>);
+constexpr const InPlaceTable* kInPlace[2][2] = {{&kInPlaceTiles<false, false>, &kInPlaceTiles<false, true>},
+                                                {&kInPlaceTiles<true, false>, &kInPlaceTiles<true, true>}};
+
+// The columns of [j, j_end) that one group covers (tiled: the rest of the group j falls in).
+int64_t GroupCols(const PairProblem& p, int64_t j, int64_t j_end) {
+  if (!p.w_tiled) return std::min<int64_t>(kTileRows, j_end - j);
+  const int64_t g0 = j / kTileRows * kTileRows;
+  return std::min(g0 + TileGroupRows(g0, p.n), j_end) - j;
+}
+
+void PassColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
+  const int64_t pairs = Pairs(p);
+  const bool few = i_end - i_begin <= kFewRows;
+  const int64_t most = few ? (p.w_tiled ? kInPlaceChunkPairs : kTransposedChunkPairs) : kChunkPairs;
+  const int64_t chunk = EqualPart(pairs, most, kLanes);
+  // fp32 values for prefill, pairs for decode on row-major weights.
+  float* block = few && p.w_tiled ? nullptr : ThreadScratch<float, Slot::kPackedWeights>(2 * chunk * kTileRows);
+  for (int64_t j = j_begin; j < j_end;) {
+    const int64_t cols = GroupCols(p, j, j_end);
+    for (int64_t c0 = 0; c0 < pairs; c0 += chunk) {
+      const int64_t c1 = std::min(c0 + chunk, pairs);
+      if (few) {
+        const uint32_t* w = reinterpret_cast<uint32_t*>(block);
+        int64_t stride = kTileRows;
+        if (p.w_tiled) {
+          const int64_t g0 = j / kTileRows * kTileRows;
+          stride = TileGroupRows(g0, p.n);
+          w = reinterpret_cast<const uint32_t*>(p.w + g0 * p.k) + c0 * stride + (j - g0);
+        } else {
+          PairsRowMajor(p, j, cols, c0, c1, reinterpret_cast<uint32_t*>(block));
+        }
+        const InPlaceTable* tiles = kInPlace[cols % kLanes != 0][p.w_tiled];
+        const int vectors = static_cast<int>((cols + kLanes - 1) / kLanes);
+        for (int64_t i = i_begin; i < i_end; i += kInPlaceRows) {
+          (*tiles)[std::min<int64_t>(kInPlaceRows, i_end - i) - 1][vectors - 1](p, i, c0, w, stride, c1 - c0,
+                                                                                p.y + i * p.n + j, cols, c0 == 0);
+        }
+        continue;
+      }
+      if (p.w_tiled) {
+        PackTiled(p, j, cols, c0, c1, block);
+      } else {
+        PackRowMajor(p, j, cols, c0, c1, block);
+      }
+      for (int64_t i = i_begin; i < i_end; i += kRows) {
+        const TileFn tile = kTiles[std::min<int64_t>(kRows, i_end - i) - 1][0];
+        for (int64_t h = 0; h < cols; h += kTileCols) {
+          tile(p, i, 2 * c0, block + h, 2 * (c1 - c0), p.y + i * p.n + j + h, std::min(kTileCols, cols - h), c0 == 0);
+        }
+      }
+    }
+    j += cols;
+  }
 }
 
 }  // namespace
 
-void PackColumns(const Avx2Problem& p, int64_t j, int64_t cols, int64_t stride, int64_t q0, int64_t len, float* out,
-                 int64_t step) {
-  const int64_t full_end = std::clamp(p.k / kAvx2KStep * kAvx2KStep, q0, q0 + len);
-  for (int64_t c = 0; c < stride; ++c) {
-    float* dst = out + c * kAvx2KStep;
-    if (c >= cols) {
-      for (int64_t q = 0; q < len; q += kAvx2KStep) std::memset(dst + q * stride, 0, kAvx2KStep * sizeof(float));
-      continue;
-    }
-    const int64_t row = (j + c * step) * p.k;
-    int64_t q = q0;
-    if (p.w_is_bf16) {
-      const uint16_t* w = static_cast<const uint16_t*>(p.w) + row;
-      for (; q < full_end; q += kAvx2KStep) _mm256_store_ps(dst + (q - q0) * stride, WidenBf16(w + q));
-    } else {
-      const float* w = static_cast<const float*>(p.w) + row;
-      for (; q < full_end; q += kAvx2KStep) _mm256_store_ps(dst + (q - q0) * stride, _mm256_loadu_ps(w + q));
-    }
-    for (; q < q0 + len; q += kAvx2KStep) {  // ragged end of k: zero padding, matching x
-      alignas(32) float tail[kAvx2KStep] = {};
-      for (int64_t e = 0; e < kAvx2KStep && q + e < p.k; ++e) {
-        tail[e] = p.w_is_bf16 ? Bf16ToF32(static_cast<const uint16_t*>(p.w)[row + q + e])
-                              : static_cast<const float*>(p.w)[row + q + e];
-      }
-      std::memcpy(dst + (q - q0) * stride, tail, sizeof(tail));
-    }
-  }
-}
-
-void Avx2Columns(const Avx2Problem& p, int64_t j_begin, int64_t j_end) {
-  const bool x_fits_l2 = p.m * RoundUp(p.k, kAvx2KStep) * int64_t{sizeof(float)} <= kStreamMaxXBytes;
-  if (p.wide) {
-    if (p.m <= kWideStreamMaxRows || (p.m <= kWideStreamMaxL2Rows && x_fits_l2)) {
-      Avx512FStreamColumns(p, j_begin, j_end);
-    } else {
-      Avx512FBlockedColumns(p, j_begin, j_end);
-    }
-  } else if (p.m <= kStreamMaxRows && x_fits_l2) {
-    StreamColumns(p, j_begin, j_end);
-  } else {
-    BlockedColumns(p, j_begin, j_end);
-  }
+void Avx2Columns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
+  // Equal passes, so that no pass is a short one with little reuse of each block.
+  const int64_t row_bytes = p.ldx * static_cast<int64_t>(sizeof(float));
+  const int64_t most_rows = std::clamp<int64_t>(kPassBytes / row_bytes, kRows, kPassRows);
+  const int64_t pass_rows = EqualPart(p.m, most_rows, kRows);
+  for (int64_t i = 0; i < p.m; i += pass_rows) PassColumns(p, i, std::min(p.m, i + pass_rows), j_begin, j_end);
 }
 
 }  // namespace layerpipe::matmul_internal

@@ -1,6 +1,7 @@
 // Internal interface between the matmul front end (matmul.cc: dispatch, activation preparation,
-// threading) and the per-ISA kernels (matmul_avx2.cc, matmul_avx512.cc). Each kernel computes a range
-// of output columns for all rows; the front end gives every thread a disjoint column range.
+// threading) and the per-ISA kernels (matmul_avx2.cc, matmul_avx512f.cc, matmul_avx512.cc). Each kernel
+// computes a range of output columns for all rows; the front end gives every thread a disjoint column
+// range.
 #ifndef LAYERPIPE_ENGINE_CPU_MATMUL_KERNELS_H_
 #define LAYERPIPE_ENGINE_CPU_MATMUL_KERNELS_H_
 
@@ -22,41 +23,12 @@ constexpr int64_t EqualPart(int64_t total, int64_t most, int64_t multiple) {
 enum class Slot { kActivations, kPackedWeights, kPartialSums };
 using layerpipe::ThreadScratch;
 
-// How far ahead the AVX2-order kernels prefetch each weight row they stream from memory. At 512 bytes
-// decode read 10-30 % fewer GB/s on a 2-core Zen 5 VM (most on down_proj's long rows; m = 8 is
-// arithmetic-bound either way).
-constexpr int64_t kRowPrefetchBytes = 2048;
-
-// AVX2 reduction order: lane l of an 8-float accumulator sums x[i,q]·w[j,q] for q ≡ l (mod 8) in
-// increasing q, one fused multiply-add each; the lanes are then added in a fixed tree.
-constexpr int64_t kAvx2KStep = 8;
-
-struct Avx2Problem {
-  const float* x;      // m rows of ldx floats; columns [k, RoundUp(k, 8)) must be zero
-  int64_t ldx;
-  int64_t m;
-  int64_t k;
-  const void* w;       // n rows of k values, bf16 bits or fp32
-  bool w_is_bf16;
-  int64_t n;
-  float* y;            // m rows of n floats
-  bool wide;           // long chunks on AVX-512F registers (matmul_avx512f.cc): same bits, CPU must have it
-};
-
-// Computes y[:, j_begin:j_end).
-void Avx2Columns(const Avx2Problem& p, int64_t j_begin, int64_t j_end);
-// Packs weight columns j, j + step, .. (`cols` of them) over k values [q0, q0 + len) (len a multiple of 8)
-// as fp32: for each step of 8 values, `stride` vectors of 8 back to back (column c at c * 8). Columns
-// from cols to stride and values past k are zero, matching x's zero padding.
-void PackColumns(const Avx2Problem& p, int64_t j, int64_t cols, int64_t stride, int64_t q0, int64_t len, float* out,
-                 int64_t step = 1);
-
-// Decode and short chunks read weights in place, a tile's columns one weight row each. Taken from
+// Decode on row-major weights reads them in place, a tile's columns one weight row each. Taken from
 // `segments` equal parts of a thread's columns (the t-th tile reads row t of each part), a tile's rows
 // continue where the previous tile's ended: that many long sequential streams instead of the same
 // number of short ones restarting at every tile, which the hardware prefetchers follow much better.
-// On a 2-core Zen 5 VM, m = 1, against a plain read of the same bytes: AVX2 kernel 59-87 % tile by tile,
-// 85-104 % segmented (42-61 -> 76-85 GB/s); its AVX-512F form 64-87 % -> 79-99 %. Calls
+// On a 2-core Zen 5 VM, m = 1, against a plain read of the same bytes: the former AVX2-order kernel
+// 59-87 % tile by tile, 85-104 % segmented (42-61 -> 76-85 GB/s). Calls
 // tile(j, step, cols) for every tile of columns j, j + step, .. (cols of them); the columns past the
 // whole parts go in tiles of adjacent ones.
 template <typename TileFn>
@@ -65,18 +37,19 @@ void ForSegmentedTiles(int64_t j_begin, int64_t j_end, int segments, TileFn&& ti
   for (int64_t t = 0; t < part; ++t) tile(j_begin + t, part, segments);
   for (int64_t j = j_begin + part * segments; j < j_end; j += segments) tile(j, 1, std::min<int64_t>(segments, j_end - j));
 }
-// The blocked and streaming paths of Avx2Columns on AVX-512F registers, bit for bit the same. Only call
-// when the CPU supports AVX-512F.
-void Avx512FBlockedColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end);
-void Avx512FStreamColumns(const Avx2Problem& p, int64_t j_begin, int64_t j_end);
+// The kernels read the weights as pairs of k (the order engine/model/tiled_rows.h stores), an fp32
+// lane per output column; x rows are padded with zeros to a multiple of kPairXPad values.
+//  - AVX-512 BF16 order: output (i, j) is one lane's chain over the pairs of k in increasing order,
+//    acc = vdpbf16ps(acc, x[i][2p, 2p + 1], w[j][2p, 2p + 1]) from +0, with no sum across lanes; an odd
+//    k's last pair is (value, 0).
+//  - Column order (AVX2 and AVX-512F, fp32 x): output (i, j) is one lane's chain of fused multiply-adds
+//    over k in increasing order, acc = fma(x[i][q], w[j][q], acc) from +0: the order of a scalar loop,
+//    whatever the vector width. An odd k's last pair adds one more +0 · +0, which can only turn a sum
+//    of -0 into +0.
+constexpr int64_t kPairXPad = 32;
 
-// AVX-512 BF16 order: output (i, j) is one fp32 lane's chain over the pairs of k in increasing order,
-// acc = vdpbf16ps(acc, x[i][2p, 2p + 1], w[j][2p, 2p + 1]) from +0, with no sum across lanes; an odd
-// k's last pair is (value, 0). x rows are padded with zeros to a multiple of kAvx512XPad values.
-constexpr int64_t kAvx512XPad = 32;
-
-struct Avx512Bf16Problem {
-  const uint16_t* x;   // m rows of ldx bf16 values; columns [k, RoundUp(k, kAvx512XPad)) must be zero
+struct PairProblem {
+  const void* x;       // m rows of ldx values (bf16 bits or fp32); columns [k, RoundUp(k, kPairXPad)) zero
   int64_t ldx;
   int64_t m;
   int64_t k;
@@ -86,8 +59,12 @@ struct Avx512Bf16Problem {
   float* y;
 };
 
-// Computes y[:, j_begin:j_end). Only call when the CPU supports AVX-512 BF16.
-void Avx512Bf16Columns(const Avx512Bf16Problem& p, int64_t j_begin, int64_t j_end);
+// Compute y[:, j_begin:j_end): x bf16 in the AVX-512 BF16 order (only where the CPU supports AVX-512
+// BF16), x fp32 in the column order (on AVX2 registers, or where the CPU supports AVX-512 F, BW and VL
+// on AVX-512 ones: the same bits).
+void Avx2Columns(const PairProblem& p, int64_t j_begin, int64_t j_end);
+void Avx512Bf16Columns(const PairProblem& p, int64_t j_begin, int64_t j_end);
+void Avx512FColumns(const PairProblem& p, int64_t j_begin, int64_t j_end);
 
 }  // namespace layerpipe::matmul_internal
 

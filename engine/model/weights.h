@@ -56,7 +56,7 @@ struct WeightSelection {
 // reading them in place from the mapped files; for stages that compute on the host.
 // tile_layer_matrices: with huge_pages, store the layers' projection matrices, and the embedding where
 // this stage computes the tied head, tiled where their width allows (CanTileRows), for a CPU stage
-// whose matmul reads that order (MatmulReadsTiledWeights).
+// (every CPU matmul kernel reads that order: MatmulBf16Tiled).
 struct WeightLoadOptions {
   bool huge_pages = false;
   bool tile_layer_matrices = false;

@@ -17,18 +17,11 @@
 namespace layerpipe {
 namespace {
 
-// The kernels this machine can run, for the bf16-x mode (fp32 mode always has the AVX2 order).
+// The kernels this machine can run.
 std::vector<MatmulIsa> RunnableIsas() {
   std::vector<MatmulIsa> isas = {MatmulIsa::kAvx2};
   if (CpuSupportsAvx512F()) isas.push_back(MatmulIsa::kAvx512F);
   if (CpuSupportsAvx512Bf16()) isas.push_back(MatmulIsa::kAvx512Bf16);
-  return isas;
-}
-
-// The kernels that promise the AVX2 reduction order.
-std::vector<MatmulIsa> Avx2OrderIsas() {
-  std::vector<MatmulIsa> isas = {MatmulIsa::kAvx2};
-  if (CpuSupportsAvx512F()) isas.push_back(MatmulIsa::kAvx512F);
   return isas;
 }
 
@@ -53,12 +46,9 @@ std::vector<float> Compute(MatmulIsa isa, const Problem& p, ThreadPool& pool, bo
   return y;
 }
 
-// Sequential roundings in one output's sum, at most: the AVX2 order runs 8 lanes of k/8 steps and a
-// 3-level tree; the AVX-512 BF16 order one lane of k/2 vdpbf16ps steps of up to 2 roundings each.
-double Roundings(MatmulIsa isa, bool x_as_bf16, int64_t k) {
-  const bool pairs = isa == MatmulIsa::kAvx512Bf16 && x_as_bf16 && CpuSupportsAvx512Bf16();
-  return pairs ? static_cast<double>(k) + 4 : static_cast<double>(k) / 8 + 4;
-}
+// Sequential roundings in one output's sum, at most: the column order runs one chain of k fused
+// multiply-adds, the AVX-512 BF16 order one of k/2 vdpbf16ps steps of up to 2 roundings each.
+double Roundings(int64_t k) { return static_cast<double>(k) + 4; }
 
 // Compares with a float64 reference under a rigorous bound for fp32 accumulation: each of the
 // kernel's sequential roundings is off by <= 2^-24 of the running |sum|.
@@ -74,7 +64,7 @@ void ExpectMatchesReference(const Problem& p, const std::vector<float>& y, Matmu
         sum += prod;
         abs_sum += std::fabs(prod);
       }
-      const double tol = Roundings(isa, x_as_bf16, p.k) * unit * abs_sum + 1e-30;
+      const double tol = Roundings(p.k) * unit * abs_sum + 1e-30;
       ASSERT_LE(std::fabs(y[i * p.n + j] - sum), tol)
           << what << " m=" << p.m << " k=" << p.k << " n=" << p.n << " at (" << i << ", " << j << ")";
     }
@@ -161,65 +151,48 @@ bool SameBits(const float* a, const float* b, int64_t count) {
   return std::memcmp(a, b, count * sizeof(float)) == 0;
 }
 
-// The AVX2 kernel's documented order, spelled out in scalar code: lane l accumulates q ≡ l (mod 8)
-// with fused multiply-adds in increasing q (zero padding past k), then ((l0+l4)+(l2+l6)) +
-// ((l1+l5)+(l3+l7)).
-float Avx2OrderDot(const float* x, const uint16_t* w, int64_t k) {
-  float lane[8] = {};
-  for (int64_t q0 = 0; q0 < k; q0 += 8) {
-    for (int l = 0; l < 8; ++l) {
-      const int64_t q = q0 + l;
-      const float xv = q < k ? x[q] : 0.0f;
-      const float wv = q < k ? Bf16ToF32(w[q]) : 0.0f;
-      lane[l] = std::fma(xv, wv, lane[l]);
-    }
-  }
-  float s[4];
-  for (int l = 0; l < 4; ++l) s[l] = lane[l] + lane[l + 4];
-  const float t0 = s[0] + s[2], t1 = s[1] + s[3];
-  return t0 + t1;
+// The column order, spelled out in scalar code: one fused multiply-add per value of k, in increasing k.
+float ColumnOrderDot(const float* x, const uint16_t* w, int64_t k) {
+  float acc = 0.0f;
+  for (int64_t q = 0; q < k; ++q) acc = std::fma(x[q], Bf16ToF32(w[q]), acc);
+  return acc;
 }
 
-// m = 1 and 5 stream (AVX-512F: a partial 8-row tile), 40 (AVX-512F only), 80 and 301 take the blocked
-// paths, 301 with a last partial row tile; n = 31 leaves the AVX-512F kernel a pair with one column.
-TEST(MatmulTest, Avx2KernelFollowsItsDocumentedReductionOrder) {
+// The kernels that promise the column order (AVX2 and AVX-512F in both modes, AVX-512 BF16 in fp32
+// mode) give its bits on the shapes their paths split differently: decode rows (AVX-512: one or two
+// rows on registers fed straight from transposes, pairs of tiled groups up to 2 rows, a single tile up
+// to 8; AVX2: blocks in L1 up to 8 rows), blocked rows with partial row tiles, columns across groups,
+// partial groups, vectors and tiles, k across chunks and ragged or odd ends; row-major weights and,
+// for even k, the same weights stored tiled.
+TEST(MatmulTest, ColumnOrderKernelsAreOneFusedChainPerOutput) {
   ThreadPool pool(2);
-  for (int64_t k : {96, 100, 2050, 3840}) {
-    for (int64_t m : {1, 5, 40, 80, 301}) {
-      const Problem p = MakeProblem(m, k, 31, static_cast<uint32_t>(k + m));
-      for (bool x_as_bf16 : {true, false}) {
-        std::vector<float> xr(p.x);
-        if (x_as_bf16) RoundRowToBf16(xr.data(), xr.data(), static_cast<int64_t>(xr.size()));
-        for (MatmulIsa isa : Avx2OrderIsas()) {
-          const std::vector<float> y = Compute(isa, p, pool, x_as_bf16);
-          for (int64_t i = 0; i < m; ++i) {
-            for (int64_t j = 0; j < p.n; ++j) {
-              const float expected = Avx2OrderDot(xr.data() + i * k, p.w.data() + j * k, k);
-              ASSERT_EQ(std::bit_cast<uint32_t>(y[i * p.n + j]), std::bit_cast<uint32_t>(expected))
-                  << Label(isa, x_as_bf16) << " k=" << k << " m=" << m << " (" << i << ", " << j << ")";
+  for (int64_t m : {1, 2, 3, 5, 8, 9, 17, 66, 259}) {
+    for (int64_t n : {1, 13, 47, 49, 97, 150}) {
+      for (int64_t k : {8, 99, 1030, 4160}) {
+        const Problem p = MakeProblem(m, k, n, static_cast<uint32_t>(m * 31 + n * 7 + k));
+        std::vector<uint16_t> tiled = p.w;
+        if (CanTileRows(k)) TileRowsInPlace(tiled.data(), n, k);
+        for (MatmulIsa isa : RunnableIsas()) {
+          for (bool x_as_bf16 : {true, false}) {
+            if (isa == MatmulIsa::kAvx512Bf16 && x_as_bf16) continue;  // its own order
+            std::vector<float> xr(p.x);
+            if (x_as_bf16) RoundRowToBf16(xr.data(), xr.data(), static_cast<int64_t>(xr.size()));
+            std::vector<std::vector<float>> results = {Compute(isa, p, pool, x_as_bf16)};
+            if (CanTileRows(k)) {
+              results.emplace_back(m * n, std::nanf(""));
+              MatmulBf16TiledWithIsa(isa, p.x.data(), m, k, tiled.data(), n, results.back().data(), pool, x_as_bf16);
+            }
+            for (size_t t = 0; t < results.size(); ++t) {
+              for (int64_t i = 0; i < m; ++i) {
+                for (int64_t j = 0; j < n; ++j) {
+                  const float expected = ColumnOrderDot(xr.data() + i * k, p.w.data() + j * k, k);
+                  ASSERT_EQ(std::bit_cast<uint32_t>(results[t][i * n + j]), std::bit_cast<uint32_t>(expected))
+                      << Label(isa, x_as_bf16) << (t == 1 ? " tiled" : " row-major") << " m=" << m << " n=" << n
+                      << " k=" << k << " (" << i << ", " << j << ")";
+                }
+              }
             }
           }
-        }
-      }
-    }
-  }
-}
-
-// The AVX-512F kernel gives the AVX2 kernel's bits on the shapes its paths split differently: rows
-// across the streaming/blocked switches (16; 32 while x fits in an L2), row blocks and partial row
-// tiles, columns across blocks, partial tiles and odd pairs, k across k blocks and ragged ends, both
-// weight types (MatmulF32 and the fp32-x mode of MatmulBf16).
-TEST(MatmulTest, Avx512FKernelGivesTheAvx2Bits) {
-  if (!CpuSupportsAvx512F()) GTEST_SKIP() << "no AVX-512F on this CPU";
-  ThreadPool pool(2);
-  for (int64_t m : {1, 2, 7, 8, 9, 16, 17, 32, 33, 66, 259, 520}) {
-    for (int64_t n : {1, 13, 47, 49, 97}) {
-      for (int64_t k : {8, 99, 1030, 3840}) {
-        const Problem p = MakeProblem(m, k, n, static_cast<uint32_t>(m * 31 + n * 7 + k));
-        for (bool x_as_bf16 : {true, false}) {
-          ASSERT_TRUE(SameBits(Compute(MatmulIsa::kAvx512F, p, pool, x_as_bf16).data(),
-                               Compute(MatmulIsa::kAvx2, p, pool, x_as_bf16).data(), m * n))
-              << "m=" << m << " n=" << n << " k=" << k << " x_as_bf16=" << x_as_bf16;
         }
       }
     }
@@ -283,13 +256,13 @@ TEST(MatmulTest, ResultsIndependentOfThreadCount) {
   }
 }
 
-// Weights stored tiled at load (engine/model/tiled_rows.h) are read in place by both paths of the
-// AVX-512 BF16 kernel; the results are those of the row-major weights, bit for bit: partial row groups
-// (n not a multiple of 48, groups of fewer than 16 rows), k not a multiple of 32 and k in one, two or
-// three chunks, any thread count, and decode's pairs of whole groups from the two halves of a thread's
-// groups (247 rows: 5 whole groups and 7 rows; a thread's range may start or end inside a group).
+// Weights stored tiled at load (engine/model/tiled_rows.h) are read in place (AVX-512) or widened from
+// place (AVX2) by every kernel; the results are those of the row-major weights, bit for bit, in both modes:
+// partial row groups (n not a multiple of 48, groups of fewer than 16 rows), k not a multiple of 32
+// and k in one, two or three chunks, any thread count, and decode's pairs of whole groups from the two
+// halves of a thread's groups (247 rows: 5 whole groups and 7 rows; a thread's range may start or end
+// inside a group).
 TEST(MatmulTest, TiledWeightsGiveTheRowMajorBits) {
-  if (!CpuSupportsAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   std::vector<std::unique_ptr<ThreadPool>> pools;
   for (int t : {1, 3}) pools.push_back(std::make_unique<ThreadPool>(t));
   for (int64_t k : {2, 34, 96, 4160, 9024}) {
@@ -298,50 +271,44 @@ TEST(MatmulTest, TiledWeightsGiveTheRowMajorBits) {
         const Problem p = MakeProblem(m, k, n, static_cast<uint32_t>(k * 31 + n * 7 + m));
         std::vector<uint16_t> tiled = p.w;
         TileRowsInPlace(tiled.data(), n, k);
-        for (auto& pool : pools) {
-          const std::vector<float> expected = Compute(MatmulIsa::kAvx512Bf16, p, *pool, /*x_as_bf16=*/true);
-          std::vector<float> y(m * n, std::nanf(""));
-          MatmulBf16Tiled(p.x.data(), m, k, tiled.data(), n, y.data(), *pool);
-          ASSERT_TRUE(SameBits(y.data(), expected.data(), m * n))
-              << "m=" << m << " k=" << k << " n=" << n << " threads=" << pool->size();
+        for (MatmulIsa isa : RunnableIsas()) {
+          for (bool x_as_bf16 : {true, false}) {
+            for (auto& pool : pools) {
+              const std::vector<float> expected = Compute(isa, p, *pool, x_as_bf16);
+              std::vector<float> y(m * n, std::nanf(""));
+              MatmulBf16TiledWithIsa(isa, p.x.data(), m, k, tiled.data(), n, y.data(), *pool, x_as_bf16);
+              ASSERT_TRUE(SameBits(y.data(), expected.data(), m * n))
+                  << Label(isa, x_as_bf16) << " m=" << m << " k=" << k << " n=" << n << " threads=" << pool->size();
+            }
+          }
         }
       }
     }
   }
 }
 
-// A prefill chunk longer than one pass of the AVX-512 BF16 kernel (512 rows, or 16 MiB of bf16 x) is
-// taken in equal passes over the weights; rows in every pass get the bits they get alone.
+// A prefill chunk longer than one pass of the kernels (512 rows, or 8-16 MiB of x) is taken in equal
+// passes over the weights; rows in every pass get the bits they get alone.
 TEST(MatmulTest, RowsBeyondTheFirstPassOfXKeepTheirBits) {
-  if (!CpuSupportsAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   ThreadPool pool(2);
-  const int64_t m = 1200, k = 15360, n = 50;  // 35 MiB of bf16 x: 3 passes of 400 rows
+  // AVX-512 BF16: 35 MiB of bf16 x, 3 passes of 400 rows; AVX-512F: 70 MiB of fp32 x, 5 passes of 240
+  // rows; AVX2 (8 MiB passes): 9 passes of 136 rows.
+  const int64_t m = 1200, k = 15360, n = 50;
   const Problem p = MakeProblem(m, k, n, 77);
   std::vector<uint16_t> tiled = p.w;
   TileRowsInPlace(tiled.data(), n, k);
-  std::vector<float> all(m * n), tiled_all(m * n);
-  MatmulBf16WithIsa(MatmulIsa::kAvx512Bf16, p.x.data(), m, k, p.w.data(), n, all.data(), pool, true);
-  MatmulBf16Tiled(p.x.data(), m, k, tiled.data(), n, tiled_all.data(), pool);
-  ASSERT_TRUE(SameBits(all.data(), tiled_all.data(), m * n));
-  for (int64_t i : {int64_t{0}, int64_t{399}, int64_t{400}, int64_t{799}, int64_t{800}, m - 1}) {
-    std::vector<float> one(n);
-    MatmulBf16WithIsa(MatmulIsa::kAvx512Bf16, p.x.data() + i * k, 1, k, p.w.data(), n, one.data(), pool, true);
-    ASSERT_TRUE(SameBits(one.data(), all.data() + i * n, n)) << "row " << i;
-  }
-}
-
-TEST(MatmulTest, F32WeightsMatchBf16WeightsWithTheSameValues) {
-  ThreadPool pool(2);
-  for (int64_t m : {1, 3, 50, 90}) {
-    for (int64_t k : {96, 3840, 99}) {
-      const Problem p = MakeProblem(m, k, 41, static_cast<uint32_t>(m + k));
-      std::vector<float> w32(p.w.size());
-      Bf16ToF32Row(p.w.data(), w32.data(), static_cast<int64_t>(w32.size()));
-      std::vector<float> y32(m * p.n);
-      MatmulF32(p.x.data(), m, k, w32.data(), p.n, y32.data(), pool);
-      // Same arithmetic as the fp32-x mode of the bf16 kernel, so the bits agree.
-      const std::vector<float> y16 = Compute(MatmulIsa::kAvx2, p, pool, /*x_as_bf16=*/false);
-      ASSERT_TRUE(SameBits(y32.data(), y16.data(), m * p.n)) << "m=" << m << " k=" << k;
+  for (MatmulIsa isa : RunnableIsas()) {
+    for (bool x_as_bf16 : {true, false}) {
+      std::vector<float> all(m * n), tiled_all(m * n);
+      MatmulBf16WithIsa(isa, p.x.data(), m, k, p.w.data(), n, all.data(), pool, x_as_bf16);
+      MatmulBf16TiledWithIsa(isa, p.x.data(), m, k, tiled.data(), n, tiled_all.data(), pool, x_as_bf16);
+      ASSERT_TRUE(SameBits(all.data(), tiled_all.data(), m * n)) << Label(isa, x_as_bf16);
+      for (int64_t i : {int64_t{0}, int64_t{135}, int64_t{136}, int64_t{239}, int64_t{240}, int64_t{399},
+                        int64_t{400}, int64_t{799}, int64_t{800}, m - 1}) {
+        std::vector<float> one(n);
+        MatmulBf16WithIsa(isa, p.x.data() + i * k, 1, k, p.w.data(), n, one.data(), pool, x_as_bf16);
+        ASSERT_TRUE(SameBits(one.data(), all.data() + i * n, n)) << Label(isa, x_as_bf16) << " row " << i;
+      }
     }
   }
 }

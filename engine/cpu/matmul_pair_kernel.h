@@ -1,0 +1,510 @@
+// The body of the pair-order matmul kernels, shared by the AVX-512 BF16 kernel (matmul_avx512.cc:
+// vdpbf16ps on bf16 x) and the AVX-512F one (matmul_avx512f.cc: fused multiply-adds on fp32 x). Both
+// keep an fp32 lane per output column and read the weights as pairs of k of 16 weight rows a vector (the
+// order engine/model/tiled_rows.h stores); they differ only in the products of one pair, Dot::Pair.
+// Every (row, column) runs one chain whatever the row count or thread split, so m changes speed, never
+// bits:
+//  - streaming (decode, m <= kStreamMaxRows): each weight is read once, straight from memory, by a
+//    tile that holds all the rows;
+//  - blocked (prefill): a group of 48 weight rows, kPackPairs pairs of k at a time, stays in L2 while
+//    every row tile of x passes over it; partial sums (one vector per 16 outputs) are parked between
+//    k chunks;
+//  - weights stored tiled at load (engine/model/tiled_rows.h) are already in the pair order: both
+//    paths read them in place, a group as one stream. Row-major weights are transposed 16 rows x 16
+//    pairs at a time in registers (used there by decode of one or two rows, stored to L1 for up to 8
+//    rows, to the L2 block for prefill).
+//
+// A textual include, not an interface: the including file defines, inside its own anonymous namespace
+// (each instance is compiled for its own target), LP_PAIR_TARGET (the target attribute every function
+// here carries) and `struct Dot` with
+//   using X = ...;                        x's element type in a row (bf16 pairs: uint32_t; fp32: float)
+//   static int64_t RowStride(int64_t ldx) x's row stride in X elements, from PairProblem::ldx
+//   static constexpr int64_t kLdxBytes;   bytes per unit of ldx
+//   static constexpr int kPairRowsMax;    rows up to which decode reads two tiled groups at once
+//   template <int S, int R, int V> static void Pair(const X* x, int64_t ldx, int64_t p,
+//       const __m512i (&w)[S][V], __m512 (&acc)[S][R][V]);   acc[s][r][v] += x row r's pair p . w[s][v]
+// and then PairColumns(p, j_begin, j_end) computes y[:, j_begin:j_end). Its callers check the CPU first.
+constexpr int kLanes = 16;
+// Register tiles: up to 8 rows x 3 vectors of 16 columns (one tiled group): 24 accumulators, 3 weight
+// vectors (and for fp32 x their 3 widened values) and a broadcast of 32 zmm registers. A step of k
+// loads 3 vectors and 8 pairs for 24 vdpbf16ps: ~100 % of the instruction's peak in isolation on Zen 5,
+// where the former layout (a lane per 2 values of k, summed across lanes at the end) reached ~90 % with
+// the same loads per product.
+constexpr int kTileRowsX = 8;
+constexpr int kVectors = kTileRows / kLanes;
+static_assert(kTileRows % kLanes == 0, "a tiled group is whole vectors");
+// Decode: up to this many rows take the streaming path, in a single row tile.
+constexpr int64_t kStreamMaxRows = kTileRowsX;
+// Pairs of k a decode tile transposes from row-major weights at once (one Transpose16): 3 KiB in L1.
+constexpr int64_t kStreamPairs = kLanes;
+// Most pairs of k in a prefill block: 48 rows x 2048 pairs are 384 KiB (of a 1 MiB L2).
+constexpr int64_t kPackPairs = 2048;
+// Up to kFewRows rows, blocks of half as many pairs: then x's part for a chunk (64 rows: 240 KiB at
+// k = 3840) stays in L2 beside this block and the next (180 KiB each) rather than being read again
+// from L3 for every group, which a neighbour on a shared L3 slows. 64 rows on a 2-core Zen 5 VM,
+// alternating calls: 1-5 % faster; 128 rows (x 480 KiB even then) 0-2 % slower, so not there.
+constexpr int64_t kFewRows = 64;
+constexpr int64_t kFewRowsPackPairs = kPackPairs / 2;
+// Rows of x per pass over all column groups: every group reads them again (from L3 while they fit),
+// and every pass streams all the weights again. At most kPassBytes of x and kPassRows rows: on a 2-core
+// Zen 5 VM a 512-row chunk of down_proj's x (15 MiB) in one pass ran 3-6 % faster than in four, while
+// 4096 rows of the k = 3840 shapes ran 4-13 % faster (alternating calls) in passes of 256-512 rows than
+// in passes of 16 MiB (2184 rows): x that large does not stay in L3 beside the y each pass writes.
+constexpr int64_t kPassBytes = int64_t{16} << 20;
+constexpr int64_t kPassRows = 512;
+// How far ahead (in weight elements, 512 bytes) decode prefetches each row-major weight row: 16 rows
+// read 64 bytes at a time are more streams than the hardware prefetchers follow. (1-2 KiB, which suit
+// the AVX2 order's 3 rows at a time, read up to 10 % fewer GB/s here: 16 rows x 2 KiB crowd L1.)
+constexpr int64_t kPrefetchAhead = 256;
+
+LP_PAIR_TARGET inline __mmask16 LaneMask(int64_t lanes) {
+  return lanes >= kLanes ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << std::max<int64_t>(lanes, 0)) - 1);
+}
+
+// Weights in the pair order: for each pair p, 32-bit lanes (one per weight row, 16 to a vector) for
+// `cols` rows, `stride` lanes from one pair to the next, starting at pair p0. A tiled group read in
+// place (stride = its rows; a thread's range may start or end inside it) or a transposed block
+// (stride 48). Lanes past cols are masked off where kMasked (a partial last vector of tiled weights,
+// which may be the matrix's last lanes).
+struct Panel {
+  const uint32_t* base;
+  int64_t p0;
+  int64_t stride;
+  __mmask16 masks[kVectors];
+};
+
+Panel MakePanel(const uint32_t* base, int64_t p0, int64_t stride, int64_t cols) {
+  Panel panel{base, p0, stride, {}};
+  for (int v = 0; v < kVectors; ++v) panel.masks[v] = LaneMask(cols - v * kLanes);
+  return panel;
+}
+
+// Columns [j, j + cols) of tiled weights (within one group), from pair p0.
+Panel TiledPanel(const PairProblem& p, int64_t j, int64_t cols, int64_t p0) {
+  const int64_t g0 = j / kTileRows * kTileRows, g = TileGroupRows(g0, p.n);
+  return MakePanel(reinterpret_cast<const uint32_t*>(p.w + g0 * p.k) + p0 * g + (j - g0), p0, g, cols);
+}
+inline bool NeedsMask(int64_t cols) { return cols % kLanes != 0; }
+
+// How a tile prefetches weights while it computes: not at all (the block is in L2), the next block a
+// line per step (prefill: a LineWalk, one line per step of a tile's arithmetic rather than hundreds at
+// the start of each tile: at 64-row prefill a burst of ~700 lines per tile left the next block late, as
+// Zen 4+ drops T1 prefetches that find no free miss buffer; spread out, m = 64 ran 8-11 % faster on a
+// 2-core Zen 5 VM), or its own stream 16 KiB ahead (decode, where the
+// weights come from DRAM as they are read: 7-12 % more GB/s than the hardware prefetchers alone
+// reached on a 2-core Zen 5 VM, any distance from 8 to 32 KiB).
+enum class Prefetch { kNone, kNextBlock, kAhead };
+constexpr int64_t kStreamAhead = 4096;  // 32-bit pairs
+
+// acc[s][r][v] += over pairs p in [p_begin, p_end): x[r] pair p (broadcast) . panel s's pair p, vector v.
+// Several panels at once are several weight streams (decode: see StreamTiledColumns).
+// Always inlined: called out of line, acc would live in memory.
+template <int S, int R, int V, bool kMasked, Prefetch kPrefetch>
+LP_PAIR_TARGET __attribute__((always_inline)) inline void AccumulateStreams(const Dot::X* x, int64_t ldx,
+                                                                            const Panel* w, int64_t p_begin,
+                                                                            int64_t p_end, __m512 (&acc)[S][R][V],
+                                                                            LineWalk walk = {}) {
+  const uint32_t* wp[S];
+#pragma GCC unroll 2
+  for (int s = 0; s < S; ++s) wp[s] = w[s].base + (p_begin - w[s].p0) * w[s].stride;
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    if constexpr (kPrefetch == Prefetch::kNextBlock) walk.Step();
+    __m512i wv[S][V];
+#pragma GCC unroll 2
+    for (int s = 0; s < S; ++s) {
+      if constexpr (kPrefetch == Prefetch::kAhead) {
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) {
+          _mm_prefetch(reinterpret_cast<const char*>(wp[s] + v * kLanes + kStreamAhead), _MM_HINT_T0);
+        }
+      }
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) {
+        wv[s][v] = kMasked ? _mm512_maskz_loadu_epi32(w[s].masks[v], wp[s] + v * kLanes)
+                           : _mm512_loadu_si512(wp[s] + v * kLanes);
+      }
+      wp[s] += w[s].stride;
+    }
+    Dot::template Pair<S, R, V>(x, ldx, p, wv, acc);
+  }
+}
+
+// One panel: acc viewed as the single stream's accumulators (the same array, one level deeper).
+template <int R, int V, bool kMasked, Prefetch kPrefetch>
+LP_PAIR_TARGET __attribute__((always_inline)) inline void Accumulate(const Dot::X* x, int64_t ldx, const Panel& w,
+                                                                     int64_t p_begin, int64_t p_end,
+                                                                     __m512 (&acc)[R][V], LineWalk walk = {}) {
+  AccumulateStreams<1, R, V, kMasked, kPrefetch>(x, ldx, &w, p_begin, p_end,
+                                                 reinterpret_cast<__m512 (&)[1][R][V]>(acc), walk);
+}
+
+// Row i of the activations, in the dot product's element type (Dot::X), and the distance between rows.
+inline const Dot::X* XPairs(const PairProblem& p, int64_t i) {
+  return static_cast<const Dot::X*>(p.x) + i * Dot::RowStride(p.ldx);
+}
+inline int64_t XPairStride(const PairProblem& p) { return Dot::RowStride(p.ldx); }
+inline int64_t Pairs(const PairProblem& p) { return (p.k + 1) / 2; }
+
+// y[i + r][j + (16v + lane) * step] = acc[r][v][lane] for the first `cols` columns.
+template <int R, int V>
+LP_PAIR_TARGET void Store(const PairProblem& p, int64_t i, int64_t j, int64_t cols, const __m512 (&acc)[R][V],
+                          int64_t step = 1) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* y = p.y + (i + r) * p.n + j;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      if (step == 1) {
+        _mm512_mask_storeu_ps(y + v * kLanes, LaneMask(cols - v * kLanes), acc[r][v]);
+        continue;
+      }
+      alignas(64) float lanes[kLanes];
+      _mm512_store_ps(lanes, acc[r][v]);
+      for (int64_t l = 0; l < std::min<int64_t>(kLanes, cols - v * kLanes); ++l) y[(v * kLanes + l) * step] = lanes[l];
+    }
+  }
+}
+
+// Rows i.. x columns [j, j + cols) over pairs [p_begin, p_end). Partial sums live in `park` (a row's
+// vectors one after another, rows park_ld floats apart) between k chunks; the chunk that ends k writes y.
+template <int R, int V, bool kMasked>
+LP_PAIR_TARGET void Tile(const PairProblem& p, int64_t i, int64_t j, int64_t cols, const Panel& w,
+                         int64_t p_begin, int64_t p_end, float* park, int64_t park_ld, LineWalk walk) {
+  const bool first = p_begin == 0, last = p_end == Pairs(p);
+  __m512 acc[R][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) acc[r][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + r * park_ld + v * kLanes);
+  }
+  Accumulate<R, V, kMasked, Prefetch::kNextBlock>(XPairs(p, i), XPairStride(p), w, p_begin, p_end, acc, walk);
+  if (last) {
+    Store<R, V>(p, i, j, cols, acc);
+    return;
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) _mm512_store_ps(park + r * park_ld + v * kLanes, acc[r][v]);
+  }
+}
+
+// Row-major weight rows j, j + step, .. (rows <= 16 of them), pairs [pb, pb + 16) of each, one row a
+// register, transposed: r[q] holds pair pb + q of the 16 rows. Values past k read as zeros, as x's
+// padding does, so a pair straddling k's end is (w, 0) and pairs past it add exact zeros.
+LP_PAIR_TARGET __attribute__((always_inline)) inline void LoadPairs16(const PairProblem& p, int64_t j, int64_t rows,
+                                                                      int64_t pb, bool prefetch, __m512i (&r)[kLanes],
+                                                                      int64_t step) {
+  const int64_t values = std::clamp<int64_t>(p.k - 2 * pb, 0, 2 * kLanes);
+  const __mmask32 mask = static_cast<__mmask32>((uint64_t{1} << values) - 1);
+  const uint16_t* src = p.w + j * p.k + 2 * pb;
+  const int64_t ld = step * p.k;
+  if (rows == kLanes && values == 2 * kLanes) {  // the common case, without a check per row
+#pragma GCC unroll 16
+    for (int row = 0; row < kLanes; ++row, src += ld) {
+      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(src + kPrefetchAhead), _MM_HINT_T0);
+      r[row] = _mm512_loadu_si512(src);
+    }
+  } else {
+#pragma GCC unroll 16
+    for (int row = 0; row < kLanes; ++row, src += ld) {
+      r[row] = row < rows ? _mm512_maskz_loadu_epi16(mask, src) : _mm512_setzero_si512();
+    }
+  }
+  avx512_transpose::Transpose16(r);
+}
+
+// Row-major weight rows j, j + step, .. (cols of them) over pairs [p_begin, p_end) (p_begin a multiple
+// of 16) into `out` in the pair order, kTileRows lanes a pair (lanes past cols are not written);
+// `prefetch` for decode, where the rows come from DRAM as they are read.
+// Inlined where accumulators are live across it (a call would spill them: every zmm register is
+// caller-saved); Transpose is the out-of-line copy.
+LP_PAIR_TARGET __attribute__((always_inline)) inline void TransposeInline(const PairProblem& p, int64_t j,
+                                                                          int64_t cols, int64_t p_begin,
+                                                                          int64_t p_end, uint32_t* out,
+                                                                          bool prefetch, int64_t step = 1) {
+  for (int64_t v = 0; v * kLanes < cols; ++v) {
+    for (int64_t pb = p_begin; pb < p_end; pb += kLanes) {
+      __m512i r[kLanes];
+      LoadPairs16(p, j + v * kLanes * step, std::min<int64_t>(kLanes, cols - v * kLanes), pb, prefetch, r, step);
+      const int64_t count = std::min<int64_t>(kLanes, p_end - pb);
+      for (int64_t q = 0; q < count; ++q) _mm512_store_si512(out + (pb - p_begin + q) * kTileRows + v * kLanes, r[q]);
+    }
+  }
+}
+
+LP_PAIR_TARGET void Transpose(const PairProblem& p, int64_t j, int64_t cols, int64_t p_begin, int64_t p_end,
+                              uint32_t* out) {
+  TransposeInline(p, j, cols, p_begin, p_end, out, /*prefetch=*/false);
+}
+
+// Products of R rows' pairs [pb, pb + count) with transposed weight registers (count <= 16).
+template <int R, bool kFull>
+LP_PAIR_TARGET __attribute__((always_inline)) inline void FeedPairs(const Dot::X* x, int64_t ldx, int64_t pb,
+                                                                    int64_t count, const __m512i (&r)[kLanes],
+                                                                    __m512 (&acc)[R]) {
+#pragma GCC unroll 16
+  for (int q = 0; q < (kFull ? kLanes : count); ++q) {
+    Dot::template Pair<1, R, 1>(x, ldx, pb + q, reinterpret_cast<const __m512i (&)[1][1]>(r[q]),
+                                reinterpret_cast<__m512 (&)[1][R][1]>(acc));
+  }
+}
+
+// Decode of one or two rows on row-major weights: each transposed register feeds the products
+// directly (~12 % faster cache-hot than storing the transposed block to L1 and reloading it, the path
+// for more rows, whose accumulators would not fit beside the 16 registers). Full blocks of 16 pairs
+// run without a bound check so the accumulators stay in registers.
+template <int R, int V>
+LP_PAIR_TARGET void StreamRowMajorFew(const PairProblem& p, int64_t j, int64_t cols, int64_t step,
+                                      __m512 (&acc)[R][V]) {
+  const int64_t pairs = Pairs(p);
+  const Dot::X* x = XPairs(p, 0);
+  const int64_t ldx = XPairStride(p);
+  __m512 a[V][R];
+#pragma GCC unroll 3
+  for (int v = 0; v < V; ++v) {
+#pragma GCC unroll 2
+    for (int rr = 0; rr < R; ++rr) a[v][rr] = acc[rr][v];
+  }
+  for (int64_t pb = 0; pb < pairs; pb += kLanes) {
+    const int64_t count = std::min<int64_t>(kLanes, pairs - pb);
+#pragma GCC unroll 3
+    for (int v = 0; v < V; ++v) {
+      __m512i r[kLanes];
+      LoadPairs16(p, j + v * kLanes * step, std::min<int64_t>(kLanes, cols - v * kLanes), pb, /*prefetch=*/true, r,
+                  step);
+      if (count == kLanes) {
+        FeedPairs<R, true>(x, ldx, pb, count, r, a[v]);
+      } else {
+        FeedPairs<R, false>(x, ldx, pb, count, r, a[v]);
+      }
+    }
+  }
+#pragma GCC unroll 3
+  for (int v = 0; v < V; ++v) {
+#pragma GCC unroll 2
+    for (int rr = 0; rr < R; ++rr) acc[rr][v] = a[v][rr];
+  }
+}
+
+// Decode: all m rows x one group of columns (row-major weights: columns j, j + step, ..), over the whole
+// of k.
+template <int R, int V>
+LP_PAIR_TARGET void StreamTile(const PairProblem& p, int64_t j, int64_t cols, int64_t step) {
+  __m512 acc[R][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  const int64_t pairs = Pairs(p);
+  if (p.w_tiled) {
+    const Panel w = TiledPanel(p, j, cols, 0);
+    if (NeedsMask(cols)) {
+      Accumulate<R, V, true, Prefetch::kAhead>(XPairs(p, 0), XPairStride(p), w, 0, pairs, acc);
+    } else {
+      Accumulate<R, V, false, Prefetch::kAhead>(XPairs(p, 0), XPairStride(p), w, 0, pairs, acc);
+    }
+  } else if constexpr (R <= 2) {
+    StreamRowMajorFew<R, V>(p, j, cols, step, acc);
+  } else {
+    alignas(64) uint32_t block[kStreamPairs * kTileRows];
+    const Panel w = MakePanel(block, 0, kTileRows, cols);
+    for (int64_t pb = 0; pb < pairs; pb += kStreamPairs) {
+      const int64_t pe = std::min(pairs, pb + kStreamPairs);
+      TransposeInline(p, j, cols, pb, pe, block, /*prefetch=*/true, step);
+      Panel at = w;
+      at.p0 = pb;
+      Accumulate<R, V, false, Prefetch::kNone>(XPairs(p, 0), XPairStride(p), at, pb, pe, acc);
+    }
+  }
+  Store<R, V>(p, 0, j, cols, acc, step);
+}
+
+// Decode on tiled weights: all m rows x two whole groups, [ja, ja + 48) and [jb, jb + 48), over the
+// whole of k, as two streams.
+template <int R>
+LP_PAIR_TARGET void StreamGroupPair(const PairProblem& p, int64_t ja, int64_t jb) {
+  __m512 acc[2][R][kVectors];
+#pragma GCC unroll 2
+  for (int s = 0; s < 2; ++s) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < kVectors; ++v) acc[s][r][v] = _mm512_setzero_ps();
+    }
+  }
+  const Panel w[2] = {TiledPanel(p, ja, kTileRows, 0), TiledPanel(p, jb, kTileRows, 0)};
+  AccumulateStreams<2, R, kVectors, false, Prefetch::kNone>(XPairs(p, 0), XPairStride(p), w, 0, Pairs(p), acc);
+  Store<R, kVectors>(p, 0, ja, kTileRows, acc[0]);
+  Store<R, kVectors>(p, 0, jb, kTileRows, acc[1]);
+}
+
+using StreamFn = void (*)(const PairProblem&, int64_t, int64_t, int64_t);
+using PairFn = void (*)(const PairProblem&, int64_t, int64_t);
+using TileFn = void (*)(const PairProblem&, int64_t, int64_t, int64_t, const Panel&, int64_t, int64_t, float*,
+                        int64_t, LineWalk);
+template <int R, int V>
+struct StreamEntry {
+  static constexpr StreamFn kFn = &StreamTile<R, V>;
+};
+template <int R, int V>
+struct FullEntry {
+  static constexpr TileFn kFn = &Tile<R, V, false>;
+};
+template <int R, int V>
+struct MaskedEntry {
+  static constexpr TileFn kFn = &Tile<R, V, true>;
+};
+constexpr auto kStreamTiles = TileTable<StreamEntry, kTileRowsX, kVectors>();
+constexpr PairFn kGroupPairs[] = {&StreamGroupPair<1>, &StreamGroupPair<2>, &StreamGroupPair<3>,
+                                  &StreamGroupPair<4>};
+constexpr int kPairRowsMax = Dot::kPairRowsMax;
+static_assert(kPairRowsMax <= static_cast<int>(std::size(kGroupPairs)));
+constexpr auto kFullTiles = TileTable<FullEntry, kTileRowsX, kVectors>();
+constexpr auto kMaskedTiles = TileTable<MaskedEntry, kTileRowsX, kVectors>();
+
+int64_t VectorsFor(int64_t cols) { return (cols + kLanes - 1) / kLanes; }
+
+// The columns of [j, j_end) that one group covers (tiled: the rest of the group j falls in).
+int64_t GroupCols(const PairProblem& p, int64_t j, int64_t j_end) {
+  if (!p.w_tiled) return std::min<int64_t>(kTileRows, j_end - j);
+  const int64_t g0 = j / kTileRows * kTileRows;
+  return std::min(g0 + TileGroupRows(g0, p.n), j_end) - j;
+}
+
+// Row-major weights are read 16 rows at a time, not a group of 48 (48 rows advancing 64 bytes at a time
+// are more streams than a core keeps in flight: 16 rows read 10-40 % more GB/s on a 2-core Zen 5 VM),
+// the 16 from 16 parts of the thread's columns, so that each continues where the last tile's ended
+// (ForSegmentedTiles): on a 2-core Zen 5 VM, alternating runs, m = 1 read 5-10 % more GB/s (still only
+// ~50-65 % of a plain read: the transposes), m = 8 22 -> 28-31 GB/s. Tiled weights, a group at a time.
+void StreamColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
+  if (!p.w_tiled) {
+    ForSegmentedTiles(j_begin, j_end, kLanes, [&p](int64_t j, int64_t step, int64_t cols) {
+      kStreamTiles[p.m - 1][0](p, j, cols, step);
+    });
+    return;
+  }
+  for (int64_t j = j_begin; j < j_end;) {
+    const int64_t cols = GroupCols(p, j, j_end);
+    kStreamTiles[p.m - 1][VectorsFor(cols) - 1](p, j, cols, 1);
+    j += cols;
+  }
+}
+
+// Tiled weights: a group is one stream, and a core reads one stream with arithmetic between the loads
+// slower than a plain read of it. Up to kPairRowsMax rows the whole groups go two at a time, one from
+// each half of the thread's groups (ForSegmentedTiles): m = 1 on a 2-core Zen 5 VM, alternating in one
+// process, one stream read 87-106 % of the GB/s of a plain read of the same bytes, two 97-110 %. The
+// pairs run without software prefetch, which made them 5-15 % slower there. A thread's first and last
+// group may be partial (ranges split groups; the matrix's last may be short), and go alone.
+void StreamTiledColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
+  if (p.m > kPairRowsMax) {
+    StreamColumns(p, j_begin, j_end);
+    return;
+  }
+  const int64_t full_begin = std::min(RoundUp(j_begin, kTileRows), j_end);
+  const int64_t full_end = std::max(full_begin, j_end / kTileRows * kTileRows);
+  StreamColumns(p, j_begin, full_begin);
+  ForSegmentedTiles(full_begin / kTileRows, full_end / kTileRows, 2, [&p](int64_t g, int64_t step, int64_t groups) {
+    if (groups == 2) {
+      kGroupPairs[p.m - 1](p, g * kTileRows, (g + step) * kTileRows);
+    } else {
+      StreamColumns(p, g * kTileRows, (g + 1) * kTileRows);
+    }
+  });
+  StreamColumns(p, full_end, j_end);
+}
+
+// The bytes the block after (group j, pairs [c0, c1)) reads: the group's next pairs, else the next
+// group's first ones. `rows` ranges of `bytes`, `stride` apart (tiled: one contiguous range).
+struct NextBlock {
+  const char* begin = nullptr;
+  int64_t rows = 0, stride = 0, bytes = 1;
+};
+
+NextBlock NextBlockOf(const PairProblem& p, int64_t j, int64_t cols, int64_t c1, int64_t chunk, int64_t j_end) {
+  const int64_t pairs = Pairs(p);
+  const int64_t next_j = c1 < pairs ? j : j + cols;
+  if (next_j >= j_end) return NextBlock{};
+  const int64_t next_cols = GroupCols(p, next_j, j_end);
+  const int64_t next_p = c1 < pairs ? c1 : 0;
+  const int64_t next_len = std::min(next_p + chunk, pairs) - next_p;
+  if (p.w_tiled) {
+    const int64_t g0 = next_j / kTileRows * kTileRows, g = TileGroupRows(g0, p.n);
+    return NextBlock{reinterpret_cast<const char*>(p.w + g0 * p.k + 2 * next_p * g), 1, 0, next_len * 4 * g};
+  }
+  return NextBlock{reinterpret_cast<const char*>(p.w + next_j * p.k + 2 * next_p), next_cols, p.k * 2, next_len * 4};
+}
+
+// Row tile `t` of `tiles` prefetches its share of the next block, a step per pair of its `steps`, so
+// the next block's weights arrive from DRAM in L2 while this block computes. It covers its share in
+// the first half of its steps and walks on over the next tile's in the second, so that each line is
+// asked for twice, half a tile apart (the last tile walks on into the block after): a prefetch
+// that finds no free miss buffer is dropped, and with few row tiles a block's lines are asked for at
+// a high rate. At 64 rows on a 2-core Zen 5 VM, alternating calls, 2-5 % faster; 256-512 rows
+// unchanged. Where there is no next block it walks in place over `here` (already cached).
+LineWalk TileWalk(const NextBlock& next, int64_t t, int64_t tiles, int64_t steps, const void* here) {
+  const int64_t total = next.rows * next.bytes;
+  if (total == 0) return LineWalk{static_cast<const char*>(here), 0, 1, 0, 0};
+  const int64_t share = (total + tiles - 1) / tiles, start = std::min(t * share, total - 1);
+  const int64_t half = std::max<int64_t>(1, steps / 2);
+  return LineWalk{next.begin + start / next.bytes * next.stride, start % next.bytes, next.bytes, next.stride,
+                  std::max<int64_t>(1, (share + half - 1) / half)};
+}
+
+// Rows [i_begin, i_end) of columns [j_begin, j_end), a group at a time, k in chunks of at most
+// kPackPairs pairs (kFewRowsPackPairs for few rows), so the block stays in L2 however long k is
+// (down_proj: 15360).
+void BlockedColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
+  const int64_t pairs = Pairs(p);
+  const int64_t m = i_end - i_begin;
+  const int64_t most_pairs = m <= kFewRows ? kFewRowsPackPairs : kPackPairs;
+  const int64_t chunk = EqualPart(pairs, most_pairs, kLanes);
+  uint32_t* packed = p.w_tiled ? nullptr : ThreadScratch<uint32_t, Slot::kPackedWeights>(chunk * kTileRows);
+  float* park = chunk < pairs ? ThreadScratch<float, Slot::kPartialSums>(m * kTileRows) : nullptr;
+  const int64_t row_tiles = (m + kTileRowsX - 1) / kTileRowsX;
+  for (int64_t j = j_begin; j < j_end;) {
+    const int64_t cols = GroupCols(p, j, j_end);
+    const int64_t vectors = VectorsFor(cols);
+    for (int64_t c0 = 0; c0 < pairs; c0 += chunk) {
+      const int64_t c1 = std::min(c0 + chunk, pairs);
+      Panel w;
+      bool masked = false;
+      if (p.w_tiled) {
+        w = TiledPanel(p, j, cols, c0);
+        masked = NeedsMask(cols);
+      } else {
+        Transpose(p, j, cols, c0, c1, packed);
+        w = MakePanel(packed, c0, kTileRows, cols);
+      }
+      const NextBlock next = NextBlockOf(p, j, cols, c1, chunk, j_end);
+      const auto& tiles = masked ? kMaskedTiles : kFullTiles;
+      for (int64_t i = i_begin, t = 0; i < i_end; i += kTileRowsX, ++t) {
+        const LineWalk walk = TileWalk(next, t, row_tiles, c1 - c0, w.base);
+        const int64_t rows = std::min<int64_t>(kTileRowsX, i_end - i);
+        tiles[rows - 1][vectors - 1](p, i, j, cols, w, c0, c1, park ? park + (i - i_begin) * kTileRows : nullptr,
+                                     kTileRows, walk);
+      }
+    }
+    j += cols;
+  }
+}
+
+void PairColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
+  if (p.m <= kStreamMaxRows) {
+    if (p.w_tiled) {
+      StreamTiledColumns(p, j_begin, j_end);
+    } else {
+      StreamColumns(p, j_begin, j_end);
+    }
+  } else {
+    // Rows are taken in equal passes of at most kPassRows rows and kPassBytes of x, so they stay in L3
+    // while every column group passes over them, at the cost of streaming (row-major: transposing) each
+    // weight group once per pass. Equal, so that no pass is a short one with little reuse of each block.
+    const int64_t row_bytes = p.ldx * Dot::kLdxBytes;
+    const int64_t most_rows = std::clamp<int64_t>(kPassBytes / row_bytes, kTileRowsX, kPassRows);
+    const int64_t pass_rows = EqualPart(p.m, most_rows, kTileRowsX);
+    for (int64_t i = 0; i < p.m; i += pass_rows) BlockedColumns(p, i, std::min(p.m, i + pass_rows), j_begin, j_end);
+  }
+}
