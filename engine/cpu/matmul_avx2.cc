@@ -336,9 +336,68 @@ void PassColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j
   }
 }
 
+// Decode of one row on tiled weights: two whole groups at once, [ja, ja + 48) and [jb, jb + 48), over
+// the whole of k, as two streams. A core reading one stream with arithmetic between the loads falls
+// short of its share of DRAM bandwidth: on a 2-core Zen 5 VM the tied head's decode (1 GB a core) read
+// 27-33 GB/s a group at a time and 42-52 two at a time (runs minutes apart); four at a time, half a
+// group each in chunks, 36-38. Prefetch distances from 4 to 64 KiB and T1/T2/NTA hints changed nothing.
+void GroupPair(const PairProblem& p, int64_t ja, int64_t jb) {
+  const uint32_t* w[2] = {reinterpret_cast<const uint32_t*>(p.w + ja * p.k),
+                          reinterpret_cast<const uint32_t*>(p.w + jb * p.k)};
+  const float* x = static_cast<const float*>(p.x);
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  __m256 acc[2][kGroupVectors];
+#pragma GCC unroll 2
+  for (int s = 0; s < 2; ++s) {
+#pragma GCC unroll 8
+    for (int v = 0; v < kGroupVectors; ++v) acc[s][v] = _mm256_setzero_ps();
+  }
+  const int64_t pairs = Pairs(p);
+  for (int64_t q = 0; q < pairs; ++q) {
+    const __m256 even_x = _mm256_broadcast_ss(x + 2 * q), odd_x = _mm256_broadcast_ss(x + 2 * q + 1);
+#pragma GCC unroll 2
+    for (int s = 0; s < 2; ++s) {
+      PrefetchAhead(w[s]);
+#pragma GCC unroll 8
+      for (int v = 0; v < kGroupVectors; ++v) {
+        const __m256i pairs_v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s] + v * kLanes));
+        acc[s][v] = _mm256_fmadd_ps(even_x, _mm256_castsi256_ps(_mm256_slli_epi32(pairs_v, 16)), acc[s][v]);
+        acc[s][v] = _mm256_fmadd_ps(odd_x, _mm256_castsi256_ps(_mm256_and_si256(pairs_v, high)), acc[s][v]);
+      }
+      w[s] += kTileRows;
+    }
+  }
+#pragma GCC unroll 2
+  for (int s = 0; s < 2; ++s) {
+#pragma GCC unroll 8
+    for (int v = 0; v < kGroupVectors; ++v) _mm256_storeu_ps(p.y + (s == 0 ? ja : jb) + v * kLanes, acc[s][v]);
+  }
+}
+
+// Decode of one row on tiled weights: the whole groups two at a time, one from each half of the thread's
+// groups (ForSegmentedTiles); a thread's first and last group may be partial (ranges split groups; the
+// matrix's last may be short) and go alone.
+void OneRowTiled(const PairProblem& p, int64_t j_begin, int64_t j_end) {
+  const int64_t full_begin = std::min(RoundUp(j_begin, kTileRows), j_end);
+  const int64_t full_end = std::max(full_begin, j_end / kTileRows * kTileRows);
+  PassColumns(p, 0, 1, j_begin, full_begin);
+  ForSegmentedTiles(full_begin / kTileRows, full_end / kTileRows, 2, [&p](int64_t g, int64_t step, int64_t groups) {
+    if (groups == 2) {
+      GroupPair(p, g * kTileRows, (g + step) * kTileRows);
+    } else {
+      PassColumns(p, 0, 1, g * kTileRows, (g + 1) * kTileRows);
+    }
+  });
+  PassColumns(p, 0, 1, full_end, j_end);
+}
+
 }  // namespace
 
 void Avx2Columns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
+  if (p.m == 1 && p.w_tiled) {
+    OneRowTiled(p, j_begin, j_end);
+    return;
+  }
   // Equal passes, so that no pass is a short one with little reuse of each block.
   const int64_t row_bytes = p.ldx * static_cast<int64_t>(sizeof(float));
   const int64_t most_rows = std::clamp<int64_t>(kPassBytes / row_bytes, kRows, kPassRows);

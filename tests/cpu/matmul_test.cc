@@ -161,13 +161,14 @@ float ColumnOrderDot(const float* x, const uint16_t* w, int64_t k) {
 // The kernels that promise the column order (AVX2 and AVX-512F in both modes, AVX-512 BF16 in fp32
 // mode) give its bits on the shapes their paths split differently: decode rows (AVX-512: one or two
 // rows on registers fed straight from transposes, pairs of tiled groups up to 2 rows, a single tile up
-// to 8; AVX2: blocks in L1 up to 8 rows), blocked rows with partial row tiles, columns across groups,
-// partial groups, vectors and tiles, k across chunks and ragged or odd ends; row-major weights and,
-// for even k, the same weights stored tiled.
+// to 8; AVX2: one row two whole groups at a time, as n = 247 gives each of 2 threads, up to 8 rows 2 at
+// a time), blocked rows with partial row tiles, columns across groups, partial groups, vectors and
+// tiles, k across chunks and ragged or odd ends; row-major weights and, for even k, the same weights
+// stored tiled.
 TEST(MatmulTest, ColumnOrderKernelsAreOneFusedChainPerOutput) {
   ThreadPool pool(2);
   for (int64_t m : {1, 2, 3, 5, 8, 9, 17, 66, 259}) {
-    for (int64_t n : {1, 13, 47, 49, 97, 150}) {
+    for (int64_t n : {1, 13, 47, 49, 97, 247}) {
       for (int64_t k : {8, 99, 1030, 4160}) {
         const Problem p = MakeProblem(m, k, n, static_cast<uint32_t>(m * 31 + n * 7 + k));
         std::vector<uint16_t> tiled = p.w;
