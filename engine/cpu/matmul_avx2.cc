@@ -178,6 +178,38 @@ void PairsRowMajor(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, in
   });
 }
 
+// A tile's sums between chunks live in y (row stride n): acc[r][v] from y, or +0 for a chunk that
+// starts k; where `masked`, only the lanes of masks[v] are read and written (a tile past its columns).
+// Left rolled, GCC keeps accumulator arrays in memory: every loop over them is unrolled.
+template <int R, int V>
+__attribute__((always_inline)) inline void LoadSums(const float* y, int64_t n, bool first, bool masked,
+                                                    const __m256i (&masks)[V], __m256 (&acc)[R][V]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      const float* at = y + r * n + v * kLanes;
+      acc[r][v] = first ? _mm256_setzero_ps() : masked ? _mm256_maskload_ps(at, masks[v]) : _mm256_loadu_ps(at);
+    }
+  }
+}
+template <int R, int V>
+__attribute__((always_inline)) inline void StoreSums(float* y, int64_t n, bool masked, const __m256i (&masks)[V],
+                                                     const __m256 (&acc)[R][V]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      float* at = y + r * n + v * kLanes;
+      if (masked) {
+        _mm256_maskstore_ps(at, masks[v], acc[r][v]);
+      } else {
+        _mm256_storeu_ps(at, acc[r][v]);
+      }
+    }
+  }
+}
+
 // Rows [i, i + R) x block columns [h, h + kTileCols) over the block's `values` values of k, x from
 // column q0 on. The block's first chunk starts from +0, the others from the sums y holds; the first
 // `cols` columns of y are written.
@@ -185,20 +217,12 @@ template <int R>
 void Tile(const PairProblem& p, int64_t i, int64_t q0, const float* block, int64_t values, float* y,
           int64_t cols, bool first) {
   const float* x = static_cast<const float*>(p.x) + i * p.ldx + q0;
-  const bool full = cols >= kTileCols;
   __m256i masks[kTileVectors];
 #pragma GCC unroll 4
   for (int v = 0; v < kTileVectors; ++v) masks[v] = LaneMask(cols - v * kLanes);
-  // Left rolled, GCC keeps accumulator arrays in memory: every loop over them is unrolled.
+  const bool masked = cols < kTileCols;
   __m256 acc[R][kTileVectors];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < kTileVectors; ++v) {
-      float* at = y + r * p.n + v * kLanes;
-      acc[r][v] = first ? _mm256_setzero_ps() : full ? _mm256_loadu_ps(at) : _mm256_maskload_ps(at, masks[v]);
-    }
-  }
+  LoadSums(y, p.n, first, masked, masks, acc);
   for (int64_t q = 0; q < values; ++q, block += kTileRows) {
     __m256 w[kTileVectors];
 #pragma GCC unroll 4
@@ -210,18 +234,7 @@ void Tile(const PairProblem& p, int64_t i, int64_t q0, const float* block, int64
       for (int v = 0; v < kTileVectors; ++v) acc[r][v] = _mm256_fmadd_ps(xb, w[v], acc[r][v]);
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < kTileVectors; ++v) {
-      float* at = y + r * p.n + v * kLanes;
-      if (full) {
-        _mm256_storeu_ps(at, acc[r][v]);
-      } else {
-        _mm256_maskstore_ps(at, masks[v], acc[r][v]);
-      }
-    }
-  }
+  StoreSums(y, p.n, masked, masks, acc);
 }
 
 using TileFn = void (*)(const PairProblem&, int64_t, int64_t, const float*, int64_t, float*, int64_t, bool);
@@ -239,24 +252,18 @@ template <int R, int V, bool kMasked, bool kPrefetch>
 void InPlaceTile(const PairProblem& p, int64_t i, int64_t p0, const uint32_t* w, int64_t stride, int64_t pairs,
                  float* y, int64_t cols, bool first) {
   const float* x = static_cast<const float*>(p.x) + i * p.ldx + 2 * p0;
-  const __m256i last = LaneMask(cols - (V - 1) * kLanes);
+  __m256i masks[V];
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) masks[v] = LaneMask(cols - v * kLanes);
   const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   __m256 acc[R][V];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) {
-      float* at = y + r * p.n + v * kLanes;
-      acc[r][v] = first ? _mm256_setzero_ps()
-                        : (kMasked && v == V - 1 ? _mm256_maskload_ps(at, last) : _mm256_loadu_ps(at));
-    }
-  }
+  LoadSums(y, p.n, first, kMasked, masks, acc);
   for (int64_t q = 0; q < pairs; ++q, w += stride) {
     if constexpr (kPrefetch) PrefetchAhead(w);
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
       const int* at = reinterpret_cast<const int*>(w + v * kLanes);
-      const __m256i pairs_v = kMasked && v == V - 1 ? _mm256_maskload_epi32(at, last)
+      const __m256i pairs_v = kMasked && v == V - 1 ? _mm256_maskload_epi32(at, masks[v])
                                                      : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
       const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(pairs_v, 16));
       const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(pairs_v, high));
@@ -267,18 +274,7 @@ void InPlaceTile(const PairProblem& p, int64_t i, int64_t p0, const uint32_t* w,
       }
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) {
-      float* at = y + r * p.n + v * kLanes;
-      if (kMasked && v == V - 1) {
-        _mm256_maskstore_ps(at, last, acc[r][v]);
-      } else {
-        _mm256_storeu_ps(at, acc[r][v]);
-      }
-    }
-  }
+  StoreSums(y, p.n, kMasked, masks, acc);
 }
 
 using InPlaceFn = void (*)(const PairProblem&, int64_t, int64_t, const uint32_t*, int64_t, int64_t, float*, int64_t,
