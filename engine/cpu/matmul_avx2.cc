@@ -10,7 +10,9 @@
 //    vectors and a broadcast of the 16 ymm registers) pass over it;
 //  - decode (up to kFewRows rows): tiles of up to 2 rows x the whole group read the pairs in place
 //    (tiled weights; row-major ones are first transposed into a block in L1) and widen them in
-//    registers, so the weights stream once, with no block stored and loaded again.
+//    registers, so the weights stream once, with no block stored and loaded again. One row goes two
+//    whole tiled groups at a time (GroupPair), or on row-major weights 16 rows at a time transposed in
+//    registers (OneRowRowMajor): more streams per core.
 #include <immintrin.h>
 
 #include <algorithm>
