@@ -52,18 +52,15 @@ void WorkerService::Stop() {
 // ------------------------------------------------------------------------------------------ control
 
 absl::StatusOr<std::shared_ptr<const ModelWeights>> WorkerService::WeightsFor(const internal::v1::AssignRequest& request,
-                                                                              const ModelConfig& config,
-                                                                              Precision precision) {
-  // Huge pages mean a CPU stage (worker/main.cc), whose matmul kernels read the weights tiled.
-  const bool tiled = options_.huge_pages;
+                                                                              const ModelConfig& config) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (assignment_ && SameWeights(assignment_->request, request) && assignment_->weights->matrices_tiled() == tiled) {
-      return assignment_->weights;
-    }
+    if (assignment_ && SameWeights(assignment_->request, request)) return assignment_->weights;
   }
+  // Huge pages mean a CPU stage (worker/main.cc), whose matmul kernels read the weights tiled, in either
+  // precision: the same copy serves both.
   auto loaded = ModelWeights::Load(request.model_dir(), config, SelectionOf(request),
-                                   {.huge_pages = options_.huge_pages, .tile_layer_matrices = tiled});
+                                   {.huge_pages = options_.huge_pages, .tile_layer_matrices = options_.huge_pages});
   if (!loaded.ok()) return loaded.status();
   return std::shared_ptr<const ModelWeights>(std::move(*loaded));
 }
@@ -83,7 +80,7 @@ absl::Status WorkerService::DoAssign(const internal::v1::AssignRequest& in, inte
   auto config = LoadModelConfig(request.model_dir());
   if (!config.ok()) return config.status();
   if (auto st = CheckAssign(request, *config); !st.ok()) return st;
-  auto weights = WeightsFor(request, *config, precision);
+  auto weights = WeightsFor(request, *config);
   if (!weights.ok()) return weights.status();
 
   request.set_precision(PrecisionName(precision));

@@ -79,7 +79,7 @@ class WorkerService final : public internal::v1::Worker::Service {
 
  private:
   absl::StatusOr<std::shared_ptr<const ModelWeights>> WeightsFor(const internal::v1::AssignRequest& request,
-                                                                 const ModelConfig& config, Precision precision);
+                                                                 const ModelConfig& config);
   absl::Status DoAssign(const internal::v1::AssignRequest& request, internal::v1::AssignResponse* response);
   absl::Status AcceptStep(const internal::v1::StepFrame& frame);
   absl::StatusOr<internal::v1::PeerLinkReply> DoOpenPeerLink(const internal::v1::PeerLinkRequest& request);

@@ -49,8 +49,6 @@ constexpr int64_t kPassRows = 512;
 constexpr int64_t kTiledAheadBytes = 16384;
 constexpr int64_t kRowAhead = 512;
 
-inline int64_t Pairs(const PairProblem& p) { return (p.k + 1) / 2; }
-
 // Lanes [0, lanes) of a vector, as AVX2's masked loads and stores take them.
 inline __m256i LaneMask(int64_t lanes) {
   const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -59,9 +57,18 @@ inline __m256i LaneMask(int64_t lanes) {
 
 // The two fp32 values of 8 columns' pairs: the low half of a pair's 32 bits is the bf16 of value 2p,
 // the high half that of 2p + 1.
+inline __m256 EvenValues(__m256i pairs) { return _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16)); }
+inline __m256 OddValues(__m256i pairs) {
+  return _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
 inline void StoreWidened(__m256i pairs, float* even, float* odd) {
-  _mm256_store_ps(even, _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16)));
-  _mm256_store_ps(odd, _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(static_cast<int>(0xffff0000u)))));
+  _mm256_store_ps(even, EvenValues(pairs));
+  _mm256_store_ps(odd, OddValues(pairs));
+}
+// acc + x[0] * value 2p + x[1] * value 2p + 1 of 8 columns' pairs, in that order.
+inline __m256 AddPairProducts(__m256 acc, const float* x, __m256i pairs) {
+  acc = _mm256_fmadd_ps(_mm256_broadcast_ss(x), EvenValues(pairs), acc);
+  return _mm256_fmadd_ps(_mm256_broadcast_ss(x + 1), OddValues(pairs), acc);
 }
 
 // The lines of a group's pair (up to 48 lanes: 192 bytes) kTiledAheadBytes further on in its stream.
@@ -75,8 +82,8 @@ inline void PrefetchAhead(const uint32_t* pair) {
 // Block of pairs [p0, p1) of columns [j, j + cols) (within one group) of tiled weights: value
 // 2(p - p0) + e of column c at out[(2(p - p0) + e) * kTileRows + c]; columns past cols are zero.
 void PackTiled(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, float* out) {
-  const int64_t g0 = j / kTileRows * kTileRows, g = TileGroupRows(g0, p.n);
-  const uint32_t* src = reinterpret_cast<const uint32_t*>(p.w + g0 * p.k) + p0 * g + (j - g0);
+  int64_t g = 0;
+  const uint32_t* src = TiledPairs(p, j, p0, &g);
   const int vectors = static_cast<int>((cols + kLanes - 1) / kLanes);
   const bool ragged = cols % kLanes != 0;
   const __m256i last = LaneMask(cols - (vectors - 1) * kLanes);
@@ -257,7 +264,6 @@ void InPlaceTile(const PairProblem& p, int64_t i, int64_t p0, const uint32_t* w,
   __m256i masks[V];
 #pragma GCC unroll 8
   for (int v = 0; v < V; ++v) masks[v] = LaneMask(cols - v * kLanes);
-  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   __m256 acc[R][V];
   LoadSums(y, p.n, first, kMasked, masks, acc);
   for (int64_t q = 0; q < pairs; ++q, w += stride) {
@@ -267,8 +273,7 @@ void InPlaceTile(const PairProblem& p, int64_t i, int64_t p0, const uint32_t* w,
       const int* at = reinterpret_cast<const int*>(w + v * kLanes);
       const __m256i pairs_v = kMasked && v == V - 1 ? _mm256_maskload_epi32(at, masks[v])
                                                      : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
-      const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(pairs_v, 16));
-      const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(pairs_v, high));
+      const __m256 even = EvenValues(pairs_v), odd = OddValues(pairs_v);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         acc[r][v] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + r * p.ldx + 2 * q), even, acc[r][v]);
@@ -296,13 +301,6 @@ using InPlaceTable = decltype(kInPlaceTiles<false, false>);
 constexpr const InPlaceTable* kInPlace[2][2] = {{&kInPlaceTiles<false, false>, &kInPlaceTiles<false, true>},
                                                 {&kInPlaceTiles<true, false>, &kInPlaceTiles<true, true>}};
 
-// The columns of [j, j_end) that one group covers (tiled: the rest of the group j falls in).
-int64_t GroupCols(const PairProblem& p, int64_t j, int64_t j_end) {
-  if (!p.w_tiled) return std::min<int64_t>(kTileRows, j_end - j);
-  const int64_t g0 = j / kTileRows * kTileRows;
-  return std::min(g0 + TileGroupRows(g0, p.n), j_end) - j;
-}
-
 void PassColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
   const int64_t pairs = Pairs(p);
   const bool few = i_end - i_begin <= kFewRows;
@@ -318,9 +316,7 @@ void PassColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j
         const uint32_t* w = reinterpret_cast<uint32_t*>(block);
         int64_t stride = kTileRows;
         if (p.w_tiled) {
-          const int64_t g0 = j / kTileRows * kTileRows;
-          stride = TileGroupRows(g0, p.n);
-          w = reinterpret_cast<const uint32_t*>(p.w + g0 * p.k) + c0 * stride + (j - g0);
+          w = TiledPairs(p, j, c0, &stride);
         } else {
           PairsRowMajor(p, j, cols, c0, c1, reinterpret_cast<uint32_t*>(block));
         }
@@ -357,7 +353,6 @@ void GroupPair(const PairProblem& p, int64_t ja, int64_t jb) {
   const uint32_t* w[2] = {reinterpret_cast<const uint32_t*>(p.w + ja * p.k),
                           reinterpret_cast<const uint32_t*>(p.w + jb * p.k)};
   const float* x = static_cast<const float*>(p.x);
-  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   __m256 acc[2][kGroupVectors];
 #pragma GCC unroll 2
   for (int s = 0; s < 2; ++s) {
@@ -373,8 +368,8 @@ void GroupPair(const PairProblem& p, int64_t ja, int64_t jb) {
 #pragma GCC unroll 8
       for (int v = 0; v < kGroupVectors; ++v) {
         const __m256i pairs_v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s] + v * kLanes));
-        acc[s][v] = _mm256_fmadd_ps(even_x, _mm256_castsi256_ps(_mm256_slli_epi32(pairs_v, 16)), acc[s][v]);
-        acc[s][v] = _mm256_fmadd_ps(odd_x, _mm256_castsi256_ps(_mm256_and_si256(pairs_v, high)), acc[s][v]);
+        acc[s][v] = _mm256_fmadd_ps(even_x, EvenValues(pairs_v), acc[s][v]);
+        acc[s][v] = _mm256_fmadd_ps(odd_x, OddValues(pairs_v), acc[s][v]);
       }
       w[s] += kTileRows;
     }
@@ -395,7 +390,6 @@ void GroupPair(const PairProblem& p, int64_t ja, int64_t jb) {
 constexpr int kRowMajorChains = 2;
 void OneRowRowMajor(const PairProblem& p, int64_t j, int64_t step, int64_t cols) {
   const float* x = static_cast<const float*>(p.x);
-  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   int64_t rows[kRowMajorChains];
   __m256 acc[kRowMajorChains];
   for (int s = 0; s < kRowMajorChains; ++s) {
@@ -411,11 +405,7 @@ void OneRowRowMajor(const PairProblem& p, int64_t j, int64_t step, int64_t cols)
       __m256i r[kLanes];
       LoadPairs8(p, j + s * kLanes * step, rows[s], pb, r, step);
 #pragma GCC unroll 8
-      for (int64_t q = 0; q < count; ++q) {
-        const float* xq = x + 2 * (pb + q);
-        acc[s] = _mm256_fmadd_ps(_mm256_broadcast_ss(xq), _mm256_castsi256_ps(_mm256_slli_epi32(r[q], 16)), acc[s]);
-        acc[s] = _mm256_fmadd_ps(_mm256_broadcast_ss(xq + 1), _mm256_castsi256_ps(_mm256_and_si256(r[q], high)), acc[s]);
-      }
+      for (int64_t q = 0; q < count; ++q) acc[s] = AddPairProducts(acc[s], x + 2 * (pb + q), r[q]);
     }
   }
   alignas(32) float out[kRowMajorChains * kLanes];
@@ -453,10 +443,8 @@ void Avx2Columns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
     return;
   }
   // Equal passes, so that no pass is a short one with little reuse of each block.
-  const int64_t row_bytes = p.ldx * static_cast<int64_t>(sizeof(float));
-  const int64_t most_rows = std::clamp<int64_t>(kPassBytes / row_bytes, kRows, kPassRows);
-  const int64_t pass_rows = EqualPart(p.m, most_rows, kRows);
-  for (int64_t i = 0; i < p.m; i += pass_rows) PassColumns(p, i, std::min(p.m, i + pass_rows), j_begin, j_end);
+  ForRowPasses(p.m, p.ldx * static_cast<int64_t>(sizeof(float)), kPassBytes, kPassRows, kRows,
+               [&](int64_t i0, int64_t i1) { PassColumns(p, i0, i1, j_begin, j_end); });
 }
 
 }  // namespace layerpipe::matmul_internal

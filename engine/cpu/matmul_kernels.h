@@ -5,9 +5,11 @@
 #ifndef LAYERPIPE_ENGINE_CPU_MATMUL_KERNELS_H_
 #define LAYERPIPE_ENGINE_CPU_MATMUL_KERNELS_H_
 
+#include <algorithm>
 #include <cstdint>
 
 #include "engine/cpu/thread_scratch.h"
+#include "engine/model/tiled_rows.h"
 
 namespace layerpipe::matmul_internal {
 
@@ -58,6 +60,31 @@ struct PairProblem {
   int64_t n;
   float* y;
 };
+
+inline int64_t Pairs(const PairProblem& p) { return (p.k + 1) / 2; }
+
+// The columns of [j, j_end) that one group covers (tiled: the rest of the group j falls in).
+inline int64_t GroupCols(const PairProblem& p, int64_t j, int64_t j_end) {
+  if (!p.w_tiled) return std::min<int64_t>(kTileRows, j_end - j);
+  const int64_t g0 = j / kTileRows * kTileRows;
+  return std::min(g0 + TileGroupRows(g0, p.n), j_end) - j;
+}
+
+// Tiled weights: the pair p0 of column j (32 bits), its group's next pair `*stride` lanes on.
+inline const uint32_t* TiledPairs(const PairProblem& p, int64_t j, int64_t p0, int64_t* stride) {
+  const int64_t g0 = j / kTileRows * kTileRows;
+  *stride = TileGroupRows(g0, p.n);
+  return reinterpret_cast<const uint32_t*>(p.w + g0 * p.k) + p0 * *stride + (j - g0);
+}
+
+// fn(i_begin, i_end) for the rows of x in equal passes of at most most_rows rows and most_bytes of x
+// (rows of row_bytes), a multiple of `multiple` each but the last: the passes over all the weights that
+// keep a pass's x in L3 while every column group reads it again.
+template <typename Fn>
+void ForRowPasses(int64_t m, int64_t row_bytes, int64_t most_bytes, int64_t most_rows, int64_t multiple, Fn&& fn) {
+  const int64_t rows = EqualPart(m, std::clamp<int64_t>(most_bytes / row_bytes, multiple, most_rows), multiple);
+  for (int64_t i = 0; i < m; i += rows) fn(i, std::min(m, i + rows));
+}
 
 // Compute y[:, j_begin:j_end): x bf16 in the AVX-512 BF16 order (only where the CPU supports AVX-512
 // BF16), x fp32 in the column order (on AVX2 registers, or where the CPU supports AVX-512 F, BW and VL

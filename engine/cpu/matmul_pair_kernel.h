@@ -81,8 +81,9 @@ Panel MakePanel(const uint32_t* base, int64_t p0, int64_t stride, int64_t cols) 
 
 // Columns [j, j + cols) of tiled weights (within one group), from pair p0.
 Panel TiledPanel(const PairProblem& p, int64_t j, int64_t cols, int64_t p0) {
-  const int64_t g0 = j / kTileRows * kTileRows, g = TileGroupRows(g0, p.n);
-  return MakePanel(reinterpret_cast<const uint32_t*>(p.w + g0 * p.k) + p0 * g + (j - g0), p0, g, cols);
+  int64_t stride = 0;
+  const uint32_t* pairs = TiledPairs(p, j, p0, &stride);
+  return MakePanel(pairs, p0, stride, cols);
 }
 inline bool NeedsMask(int64_t cols) { return cols % kLanes != 0; }
 
@@ -143,7 +144,6 @@ inline const Dot::X* XPairs(const PairProblem& p, int64_t i) {
   return static_cast<const Dot::X*>(p.x) + i * Dot::RowStride(p.ldx);
 }
 inline int64_t XPairStride(const PairProblem& p) { return Dot::RowStride(p.ldx); }
-inline int64_t Pairs(const PairProblem& p) { return (p.k + 1) / 2; }
 
 // y[i + r][j + (16v + lane) * step] = acc[r][v][lane] for the first `cols` columns.
 template <int R, int V>
@@ -366,13 +366,6 @@ constexpr auto kMaskedTiles = TileTable<MaskedEntry, kTileRowsX, kVectors>();
 
 int64_t VectorsFor(int64_t cols) { return (cols + kLanes - 1) / kLanes; }
 
-// The columns of [j, j_end) that one group covers (tiled: the rest of the group j falls in).
-int64_t GroupCols(const PairProblem& p, int64_t j, int64_t j_end) {
-  if (!p.w_tiled) return std::min<int64_t>(kTileRows, j_end - j);
-  const int64_t g0 = j / kTileRows * kTileRows;
-  return std::min(g0 + TileGroupRows(g0, p.n), j_end) - j;
-}
-
 // Row-major weights are read 16 rows at a time, not a group of 48 (48 rows advancing 64 bytes at a time
 // are more streams than a core keeps in flight: 16 rows read 10-40 % more GB/s on a 2-core Zen 5 VM),
 // the 16 from 16 parts of the thread's columns, so that each continues where the last tile's ended
@@ -431,8 +424,10 @@ NextBlock NextBlockOf(const PairProblem& p, int64_t j, int64_t cols, int64_t c1,
   const int64_t next_p = c1 < pairs ? c1 : 0;
   const int64_t next_len = std::min(next_p + chunk, pairs) - next_p;
   if (p.w_tiled) {
-    const int64_t g0 = next_j / kTileRows * kTileRows, g = TileGroupRows(g0, p.n);
-    return NextBlock{reinterpret_cast<const char*>(p.w + g0 * p.k + 2 * next_p * g), 1, 0, next_len * 4 * g};
+    int64_t g = 0;
+    // The whole group's pairs, whichever of its columns the thread reads.
+    const uint32_t* pairs = TiledPairs(p, next_j / kTileRows * kTileRows, next_p, &g);
+    return NextBlock{reinterpret_cast<const char*>(pairs), 1, 0, next_len * 4 * g};
   }
   return NextBlock{reinterpret_cast<const char*>(p.w + next_j * p.k + 2 * next_p), next_cols, p.k * 2, next_len * 4};
 }
@@ -502,9 +497,7 @@ void PairColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
     // Rows are taken in equal passes of at most kPassRows rows and kPassBytes of x, so they stay in L3
     // while every column group passes over them, at the cost of streaming (row-major: transposing) each
     // weight group once per pass. Equal, so that no pass is a short one with little reuse of each block.
-    const int64_t row_bytes = p.ldx * Dot::kLdxBytes;
-    const int64_t most_rows = std::clamp<int64_t>(kPassBytes / row_bytes, kTileRowsX, kPassRows);
-    const int64_t pass_rows = EqualPart(p.m, most_rows, kTileRowsX);
-    for (int64_t i = 0; i < p.m; i += pass_rows) BlockedColumns(p, i, std::min(p.m, i + pass_rows), j_begin, j_end);
+    ForRowPasses(p.m, p.ldx * Dot::kLdxBytes, kPassBytes, kPassRows, kTileRowsX,
+                 [&](int64_t i0, int64_t i1) { BlockedColumns(p, i0, i1, j_begin, j_end); });
   }
 }
