@@ -3,8 +3,9 @@
 // Prints the machine's sustained read bandwidth, the thread pool's per-call overhead, GB/s of weight
 // bytes for decode shapes (m = 1..8, memory-bound; held to a plain read of the same bytes timed alongside
 // the same way) and GFLOP/s for prefill shapes (m = 64..4096, compute-bound; held to the vdpbf16ps or
-// FMA peak measured alongside each row), in both precision modes, and bf16-x mode on the weights stored
-// tiled (engine/model/tiled_rows.h), as a CPU stage loads them.
+// FMA peak measured alongside each row), in both precision modes, on the weights stored tiled
+// (engine/model/tiled_rows.h), as a CPU stage loads them into huge pages, and row-major, as it reads them
+// with --huge-pages=false.
 //
 // Usage: bench_matmul [--quick] [--isa=avx2|avx512f|avx512bf16] [--decode-only] [--prefill-only] [--small-pages]
 //                     [--shape=NAME] [--m=ROWS]   (one table row: a shape's name as printed, one row count)
@@ -127,17 +128,23 @@ struct Options {
   MatmulIsa isa = ActiveMatmulIsa();
 };
 
-// The modes a table compares: bf16-x on row-major weights, fp32-x, and bf16-x on the same weights
-// stored tiled (engine/model/tiled_rows.h).
-constexpr int kModes = 3;
+// The modes a table compares: bf16-x and fp32-x mode on the weights stored tiled (engine/model/
+// tiled_rows.h: what a CPU stage runs), then both on row-major weights (--huge-pages=false).
+constexpr int kModes = 4;
+constexpr const char* kModeNames[kModes] = {"tiled bf16-x", "tiled fp32-x", "row bf16-x", "row fp32-x"};
+constexpr bool ModeIsBf16(int mode) { return mode % 2 == 0; }
 
 void Multiply(const Options& opt, int mode, const float* x, int64_t m, const Shape& s, const uint16_t* w,
               const uint16_t* w_tiled, float* y, ThreadPool& pool) {
-  if (mode == 2) {
-    MatmulBf16TiledWithIsa(opt.isa, x, m, s.k, w_tiled, s.n, y, pool, /*x_as_bf16=*/true);
+  if (mode < 2) {
+    MatmulBf16TiledWithIsa(opt.isa, x, m, s.k, w_tiled, s.n, y, pool, ModeIsBf16(mode));
   } else {
-    MatmulBf16WithIsa(opt.isa, x, m, s.k, w, s.n, y, pool, /*x_as_bf16=*/mode == 0);
+    MatmulBf16WithIsa(opt.isa, x, m, s.k, w, s.n, y, pool, ModeIsBf16(mode));
   }
+}
+
+void PrintModeNames() {
+  for (const char* name : kModeNames) std::printf(" %15s", name);
 }
 
 // Best time of each mode over `rounds`, the modes taking turns within a round, so that a neighbour's
@@ -189,8 +196,9 @@ std::vector<float> RandomF32(size_t count, std::mt19937& rng) {
 // figure above is a sustained rate, which a best call of ~30 MB beats by 10-30 % on a shared VM.
 void RunDecode(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
   std::printf("\n== decode (memory-bound): GB/s of bf16 weight bytes read ==\n");
-  std::printf("%-13s %6s %6s %3s %9s %15s %15s %15s  (%% of that read)\n", "shape", "n", "k", "m", "read GB/s",
-              "bf16-x GB/s", "fp32-x GB/s", "tiled GB/s");
+  std::printf("%-13s %6s %6s %3s %9s", "shape", "n", "k", "m", "read GB/s");
+  PrintModeNames();
+  std::printf("  (GB/s, %% of that read)\n");
   const int64_t ms[] = {1, 2, 4, 8};
   for (const Shape& s : kShapes) {
     if (!opt.shape.empty() && opt.shape != s.name) continue;
@@ -242,7 +250,7 @@ int PrefillRounds(int modes, Fn&& run_mode) {
 }
 
 // Prefill is held to the peak of the instruction its mode runs on (vdpbf16ps where that kernel runs,
-// else the FMA the AVX2 order runs on: 512-bit unless the kernel is avx2), measured alongside each row:
+// else the fused multiply-add of the column order: 512-bit unless the kernel is avx2), measured alongside each row:
 // a short peak loop takes a turn in every round, so a neighbour's minute on a shared VM (which cut
 // every mode, compute-bound ones too, by up to a sixth) weighs on the kernels and their ceiling alike.
 void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
@@ -250,8 +258,9 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
   const Peak fma_kind = opt.isa != MatmulIsa::kAvx2 && CpuSupportsAvx512F() ? Peak::kFma512 : Peak::kFma;
   const Peak bf16_kind = opt.isa == MatmulIsa::kAvx512Bf16 ? Peak::kBf16Dot : fma_kind;
   constexpr int64_t kPeakIters = int64_t{1} << 20;  // ~4 ms a call
-  std::printf("%-13s %6s %6s %4s %15s %15s %15s  (%% of the peaks alongside: bf16-x, fp32-x GFLOP/s)\n", "shape",
-              "n", "k", "m", "bf16-x GFLOP/s", "fp32-x GFLOP/s", "tiled GFLOP/s");
+  std::printf("%-13s %6s %6s %4s", "shape", "n", "k", "m");
+  PrintModeNames();
+  std::printf("  (GFLOP/s, %% of the peaks alongside: bf16-x, fp32-x GFLOP/s)\n");
   std::vector<int64_t> ms = {64, 256, 512, 4096};
   if (opt.rows > 0) ms = {opt.rows};  // any row count, for finding where a path's crossover lies
   for (const Shape& s : kShapes) {
@@ -276,7 +285,8 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
       const double bf16_peak = peak_flops[0] / t[bf16_turn] / 1e9, fma_peak = peak_flops[1] / t[fma_turn] / 1e9;
       double gflops[kModes];
       for (int mode = 0; mode < kModes; ++mode) gflops[mode] = 2.0 * m * s.n * s.k / t[mode] / 1e9;
-      const double peak[kModes] = {bf16_peak, fma_peak, bf16_peak};
+      double peak[kModes];
+      for (int mode = 0; mode < kModes; ++mode) peak[mode] = ModeIsBf16(mode) ? bf16_peak : fma_peak;
       std::printf("%-13s %6lld %6lld %4lld", s.name, static_cast<long long>(s.n), static_cast<long long>(s.k),
                   static_cast<long long>(m));
       PrintCells(gflops, peak);
@@ -320,7 +330,7 @@ int Main(int argc, char** argv) {
   std::printf("threads: %d   kernel (bf16-x mode): %s   avx512f / avx512bf16 on this CPU: %s / %s\n",
               pool.size(), std::string(MatmulIsaName(opt.isa)).c_str(), CpuSupportsAvx512F() ? "yes" : "no",
               CpuSupportsAvx512Bf16() ? "yes" : "no");
-  std::printf("fp32-x mode has the avx2 order (on 512-bit registers unless the kernel is avx2)\n");
+  std::printf("fp32-x mode: the column order's fused multiply-adds (on 512-bit registers unless the kernel is avx2)\n");
   size_t huge_bytes = 0;
   const double bandwidth = ReadBandwidthGBs(pool, size_t{1} << 30, opt.quick ? 3 : 5, opt.huge_pages, &huge_bytes);
   const Peaks peaks = MeasurePeaks(pool);
