@@ -31,11 +31,13 @@ static_assert(kBlock % (2 * kLanes) == 0, "a block holds whole pairs and whole g
 // Query vectors x groups of 16 keys per score tile, query vectors x 16-dim vectors per weighting tile:
 // 24 accumulators and the operands of one step within the 32 zmm registers. Scores: 6 broadcasts of
 // a query pair and 4 loads feed 24 products; 12 x 2 (12 broadcasts) ran 40 % slower, 3 x 8 10 %
-// (global layer, 4096 context). Weighted sums: 8 x 16 dims divide both head widths evenly.
+// (global layer, 4096 context). Weighted sums the same way: 6 broadcasts of a pair of weights and 4
+// loads of 16 dims (4 x 16 dims divide both head widths evenly); 3 x 8 dims (3 broadcasts, 8 loads) took
+// 7-9 % longer over a 512-row chunk at 4096 context, global and sliding layers alike (2-core Zen 5 VM).
 constexpr int kScoreVectors = 6;
 constexpr int kScoreGroups = kBlock / kLanes;  // a tile takes all of a block's keys
-constexpr int kWeighVectors = 3;
-constexpr int kWeighDims = 8;
+constexpr int kWeighVectors = 6;
+constexpr int kWeighDims = 4;
 
 enum class Slot { kKeys, kValues, kWeights };
 
@@ -267,7 +269,7 @@ LP_BF16_DOT void WeighValues(const AttentionChunk& c, int64_t koff, int hd, cons
     const int64_t pairs = std::min(kBlock, end - b) / 2;
     PackValues(rows, b, pairs, a, e, hd, packed);
     PackWeights(p + (b - a0), ld, vectors, pairs, weights);
-    // Dims outer: the block's pairs at one tile of dims (32 pairs x 128 dims = 16 KiB) stay in L1 while
+    // Dims outer: the block's pairs at one tile of dims (32 pairs x 64 dims = 8 KiB) stay in L1 while
     // every vector passes.
     for (int64_t d = 0; d < hd; d += kLanes * kWeighDims) {
       const int vn = static_cast<int>(std::min<int64_t>(kWeighDims, (hd - d + kLanes - 1) / kLanes));
