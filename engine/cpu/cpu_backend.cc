@@ -194,7 +194,9 @@ void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
   g_.resize(Mq * I);
   u_.resize(Mq * I);
 
-  for (int64_t r = 0; r < M; ++r) RmsNorm(h + r * H, L.input_layernorm.data(), H, eps, a_.data() + r * H);
+  pool_.ParallelFor(M, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) RmsNorm(h + r * H, L.input_layernorm.data(), H, eps, a_.data() + r * H);
+  });
   const float* aq = a_.data();
   if (gathered) {
     gathered_.resize(Mq * H);
