@@ -262,8 +262,8 @@ LP_BF16_DOT void WeighValues(const AttentionChunk& c, int64_t koff, int hd, cons
                              int64_t a, int64_t e, float* const* out) {
   const Rows rows{c, 1, koff};
   const int64_t a0 = a & ~int64_t{1}, end = (e + 1) & ~int64_t{1};
-  const int64_t dims = ValueStride(hd);
-  uint32_t* packed = ThreadScratch<uint32_t, Slot::kValues>(static_cast<size_t>(kBlock / 2 * dims));
+  const int64_t stride = ValueStride(hd);
+  uint32_t* packed = ThreadScratch<uint32_t, Slot::kValues>(static_cast<size_t>(kBlock / 2 * stride));
   uint32_t* weights = ThreadScratch<uint32_t, Slot::kWeights>(static_cast<size_t>(vectors * kBlock / 2));
   for (int64_t b = a0; b < end; b += kBlock) {
     const int64_t pairs = std::min(kBlock, end - b) / 2;
@@ -275,7 +275,7 @@ LP_BF16_DOT void WeighValues(const AttentionChunk& c, int64_t koff, int hd, cons
       const int vn = static_cast<int>(std::min<int64_t>(kWeighDims, (hd - d + kLanes - 1) / kLanes));
       for (int r = 0; r < vectors; r += kWeighVectors) {
         const int qn = std::min(kWeighVectors, vectors - r);
-        kWeighTiles[qn - 1][vn - 1](weights + r * pairs, pairs, packed, dims, pairs, d, hd, out + r);
+        kWeighTiles[qn - 1][vn - 1](weights + r * pairs, pairs, packed, stride, pairs, d, hd, out + r);
       }
     }
   }
