@@ -10,15 +10,18 @@
 //    vectors and a broadcast of the 16 ymm registers) pass over it;
 //  - decode (up to kFewRows rows): tiles of up to 2 rows x the whole group read the pairs in place
 //    (tiled weights; row-major ones are first transposed into a block in L1) and widen them in
-//    registers, so the weights stream once, with no block stored and loaded again. One row goes two
-//    whole tiled groups at a time (GroupPair), or on row-major weights 16 rows at a time transposed in
-//    registers (OneRowRowMajor): more streams per core.
+//    registers, so the weights stream once, with no block stored and loaded again; the first tile
+//    over a chunk reads it from memory, and from 5 rows on the others bring the next one into L2
+//    meanwhile (NextChunkWalk). One row goes two whole tiled groups at a time (GroupPair), or on
+//    row-major weights 16 rows at a time transposed in registers (OneRowRowMajor): more streams per
+//    core.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/cpu/matmul_prefetch.h"
 #include "engine/cpu/tile_table.h"
 #include "engine/model/tiled_rows.h"
 
@@ -72,7 +75,9 @@ inline __m256 AddPairProducts(__m256 acc, const float* x, __m256i pairs) {
 }
 
 // The lines of a group's pair (up to 48 lanes: 192 bytes) kTiledAheadBytes further on in its stream.
-inline void PrefetchAhead(const uint32_t* pair) {
+// Always inlined: inlined by GCC 12's early inliner into a tile through PrefetchStep, its prefetches
+// were dropped.
+__attribute__((always_inline)) inline void PrefetchAhead(const uint32_t* pair) {
 #pragma GCC unroll 3
   for (int line = 0; line < 3; ++line) {
     _mm_prefetch(reinterpret_cast<const char*>(pair) + kTiledAheadBytes + 64 * line, _MM_HINT_T0);
@@ -260,11 +265,11 @@ constexpr auto kTiles = TileTable<TileEntry, kRows, 1>();
 // every step (load, two multiply-adds, store: longer than the step), and reordered by hand in C++ it
 // still spilled. Taking the even values for all six vectors and then the odd ones needs one widened
 // vector (ymm13) and two broadcasts (ymm14-15) at a time, so the sums and the mask fill the other 13.
-// On a 2-core Zen 5 VM (AVX2 kernel), alternating calls: 8 rows with the weights in L2 157 -> 217
-// GFLOP/s (88 % of the FMA peak), from memory 133 -> 175; 4 rows 12 % faster; 2 rows, bound by memory,
-// unchanged.
+// The AVX2 kernel on a 2-core Zen 5 VM, alternating calls: with the weights in L2, 2 rows 153 -> 211
+// GFLOP/s and 4 rows 160 -> 220 (~90 % of the FMA peak); from memory 2 rows 11 % and 4 rows 13 % faster.
 #define LP_EVEN_VALUES(v, offset)                                                                            \
-  "vpslld $16, " offset "(%[w]), %%ymm13\n\t"                                                               \
+  "vmovdqu " offset "(%[w]), %%ymm13\n\t"                                                                   \
+  "vpslld $16, %%ymm13, %%ymm13\n\t"                                                                        \
   "vfmadd231ps %%ymm13, %%ymm14, %[a0" v "]\n\t"                                                            \
   "vfmadd231ps %%ymm13, %%ymm15, %[a1" v "]\n\t"
 #define LP_ODD_VALUES(v, offset)                                                                             \
@@ -274,7 +279,10 @@ constexpr auto kTiles = TileTable<TileEntry, kRows, 1>();
 static_assert(kGroupVectors == 6, "the assembly step covers a group of 6 vectors");
 __attribute__((always_inline)) inline void TwoRowGroupPair(const float* x0, const float* x1, const uint32_t* w,
                                                            __m256i odd, __m256 (&acc)[2][kGroupVectors]) {
-  asm("vbroadcastss (%[x0]), %%ymm14\n\t"
+  // The assembler may take an instruction only AVX-512 encodes (a shift of a memory operand is one),
+  // which would fault on the machines this kernel is for: with AVX-512F off it rejects them instead.
+  asm(".arch .noavx512f\n\t"
+      "vbroadcastss (%[x0]), %%ymm14\n\t"
       "vbroadcastss (%[x1]), %%ymm15\n\t"
       LP_EVEN_VALUES("0", "0") LP_EVEN_VALUES("1", "32") LP_EVEN_VALUES("2", "64")
       LP_EVEN_VALUES("3", "96") LP_EVEN_VALUES("4", "128") LP_EVEN_VALUES("5", "160")
@@ -291,13 +299,23 @@ __attribute__((always_inline)) inline void TwoRowGroupPair(const float* x0, cons
 #undef LP_EVEN_VALUES
 #undef LP_ODD_VALUES
 
+// How a decode tile prefetches: not at all (a transposed block in L1), its own stream ahead (it reads
+// the chunk from memory), or the next chunk (it reads this one from L2: NextChunkWalk). Chosen at
+// compile time, per tile.
+enum class Prefetch { kNone, kAhead, kNextChunk };
+template <Prefetch kPrefetch>
+__attribute__((always_inline)) inline void PrefetchStep(LineWalk& walk, const uint32_t* w) {
+  if constexpr (kPrefetch == Prefetch::kAhead) PrefetchAhead(w);
+  if constexpr (kPrefetch == Prefetch::kNextChunk) walk.Step();
+}
+
 // Decode on tiled weights: rows [i, i + R) x the first `cols` columns (V vectors, the last masked if
 // kMasked) of the group panel `w` (pairs `stride` lanes apart) over `pairs` pairs, x from pair p0 on,
 // read in place and widened in registers: a whole group's columns in one pass, so the weights stream
 // once, with no block stored and loaded again. Accumulates into y as Tile does.
-template <int R, int V, bool kMasked, bool kPrefetch>
+template <int R, int V, bool kMasked, Prefetch kPrefetch>
 void InPlaceTile(const PairProblem& p, int64_t i, int64_t p0, const uint32_t* w, int64_t stride, int64_t pairs,
-                 float* y, int64_t cols, bool first) {
+                 float* y, int64_t cols, bool first, LineWalk walk) {
   const float* x = static_cast<const float*>(p.x) + i * p.ldx + 2 * p0;
   __m256i masks[V];
 #pragma GCC unroll 8
@@ -307,14 +325,14 @@ void InPlaceTile(const PairProblem& p, int64_t i, int64_t p0, const uint32_t* w,
   if constexpr (R == 2 && V == kGroupVectors && !kMasked) {
     const __m256i odd = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
     for (int64_t q = 0; q < pairs; ++q, w += stride) {
-      if constexpr (kPrefetch) PrefetchAhead(w);
+      PrefetchStep<kPrefetch>(walk, w);
       TwoRowGroupPair(x + 2 * q, x + p.ldx + 2 * q, w, odd, acc);
     }
     StoreSums(y, p.n, kMasked, masks, acc);
     return;
   }
   for (int64_t q = 0; q < pairs; ++q, w += stride) {
-    if constexpr (kPrefetch) PrefetchAhead(w);
+    PrefetchStep<kPrefetch>(walk, w);
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
       const int* at = reinterpret_cast<const int*>(w + v * kLanes);
@@ -332,9 +350,9 @@ void InPlaceTile(const PairProblem& p, int64_t i, int64_t p0, const uint32_t* w,
 }
 
 using InPlaceFn = void (*)(const PairProblem&, int64_t, int64_t, const uint32_t*, int64_t, int64_t, float*, int64_t,
-                           bool);
-// [kMasked][kPrefetch]: tiled weights come from memory and are prefetched; a transposed block is in L1.
-template <bool kMasked, bool kPrefetch>
+                           bool, LineWalk);
+// [kMasked][kPrefetch].
+template <bool kMasked, Prefetch kPrefetch>
 struct InPlaceEntries {
   template <int R, int V>
   struct Entry {
@@ -342,11 +360,42 @@ struct InPlaceEntries {
   };
 };
 constexpr int kInPlaceRows = 2;
-template <bool kMasked, bool kPrefetch>
+template <bool kMasked, Prefetch kPrefetch>
 constexpr auto kInPlaceTiles = TileTable<InPlaceEntries<kMasked, kPrefetch>::template Entry, kInPlaceRows, kGroupVectors>();
-using InPlaceTable = decltype(kInPlaceTiles<false, false>);
-constexpr const InPlaceTable* kInPlace[2][2] = {{&kInPlaceTiles<false, false>, &kInPlaceTiles<false, true>},
-                                                {&kInPlaceTiles<true, false>, &kInPlaceTiles<true, true>}};
+using InPlaceTable = decltype(kInPlaceTiles<false, Prefetch::kNone>);
+template <bool kMasked>
+constexpr const InPlaceTable* kInPlaceByPrefetch[3] = {&kInPlaceTiles<kMasked, Prefetch::kNone>,
+                                                       &kInPlaceTiles<kMasked, Prefetch::kAhead>,
+                                                       &kInPlaceTiles<kMasked, Prefetch::kNextChunk>};
+constexpr const InPlaceTable* const* kInPlace[2] = {kInPlaceByPrefetch<false>, kInPlaceByPrefetch<true>};
+
+// The tiled weights the decode chunk after (group j, pairs [.., c1)) reads: the group's next pairs,
+// else the next group's first ones (one range); none past the thread's columns.
+struct NextChunk {
+  const char* begin = nullptr;
+  int64_t bytes = 0;
+};
+NextChunk NextChunkOf(const PairProblem& p, int64_t j, int64_t cols, int64_t c1, int64_t chunk, int64_t j_end) {
+  const int64_t pairs = Pairs(p);
+  const int64_t next_j = c1 < pairs ? j : j + cols;
+  if (next_j >= j_end) return NextChunk{};
+  const int64_t next_p = c1 < pairs ? c1 : 0;
+  int64_t stride = 0;
+  const uint32_t* at = TiledPairs(p, next_j / kTileRows * kTileRows, next_p, &stride);
+  return NextChunk{reinterpret_cast<const char*>(at), (std::min(next_p + chunk, pairs) - next_p) * stride * 4};
+}
+
+// Row tile t of `tiles` over a decode chunk: the first reads the chunk from memory, prefetching its
+// own stream ahead, and with 3 tiles or more the others, which read it from L2, bring the next chunk
+// into L2 between them, a share each, a step at a time (inc 0: no walk). The AVX2 kernel on a 2-core
+// Zen 5 VM, alternating calls: 5-8 rows 4-34 % faster, 8 rows 15 % (216 GFLOP/s, the rate with the
+// weights in L2); 2 tiles (3-4 rows), where one tile would ask for 3 lines a step, 5 % slower, so they
+// do not.
+LineWalk NextChunkWalk(const NextChunk& next, int64_t t, int64_t tiles, int64_t steps) {
+  if (t == 0 || tiles < 3 || next.bytes == 0) return LineWalk{nullptr, 0, 1, 0, 0};
+  const int64_t share = (next.bytes + tiles - 2) / (tiles - 1);
+  return LineWalk{next.begin + (t - 1) * share, 0, int64_t{1} << 62, 0, std::max<int64_t>(1, (share + steps - 1) / steps)};
+}
 
 void PassColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
   const int64_t pairs = Pairs(p);
@@ -367,11 +416,15 @@ void PassColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j
         } else {
           PairsRowMajor(p, j, cols, c0, c1, reinterpret_cast<uint32_t*>(block));
         }
-        const InPlaceTable* tiles = kInPlace[cols % kLanes != 0][p.w_tiled];
         const int vectors = static_cast<int>((cols + kLanes - 1) / kLanes);
-        for (int64_t i = i_begin; i < i_end; i += kInPlaceRows) {
-          (*tiles)[std::min<int64_t>(kInPlaceRows, i_end - i) - 1][vectors - 1](p, i, c0, w, stride, c1 - c0,
-                                                                                p.y + i * p.n + j, cols, c0 == 0);
+        const NextChunk next = p.w_tiled ? NextChunkOf(p, j, cols, c1, chunk, j_end) : NextChunk{};
+        const int64_t row_tiles = (i_end - i_begin + kInPlaceRows - 1) / kInPlaceRows;
+        for (int64_t i = i_begin, t = 0; i < i_end; i += kInPlaceRows, ++t) {
+          const LineWalk walk = NextChunkWalk(next, t, row_tiles, c1 - c0);
+          const Prefetch prefetch = !p.w_tiled ? Prefetch::kNone : walk.inc > 0 ? Prefetch::kNextChunk : Prefetch::kAhead;
+          const InPlaceTable& tiles = *kInPlace[cols % kLanes != 0][static_cast<int>(prefetch)];
+          tiles[std::min<int64_t>(kInPlaceRows, i_end - i) - 1][vectors - 1](p, i, c0, w, stride, c1 - c0,
+                                                                             p.y + i * p.n + j, cols, c0 == 0, walk);
         }
         continue;
       }
