@@ -285,8 +285,8 @@ LP_BF16_DOT void ScoreKeysQueryLanes(const Rows& rows, int hd, const uint16_t* q
       next[k] = b + kLanes + k < e ? rows.At(b + kLanes + k) : Row{};
     }
     const uint32_t* key[kLanes];
-    for (int k = 0; k < kLanes; ++k) {
-      const Row& row = group[std::min(k, n - 1)];  // lanes past n repeat the last key, not stored
+    for (int k = 0; k < n; ++k) {
+      const Row& row = group[k];
       if (row.bf16 != nullptr) {
         key[k] = reinterpret_cast<const uint32_t*>(row.bf16);
       } else {
@@ -295,6 +295,7 @@ LP_BF16_DOT void ScoreKeysQueryLanes(const Rows& rows, int hd, const uint16_t* q
         key[k] = reinterpret_cast<const uint32_t*>(dst);
       }
     }
+    for (int k = n; k < kLanes; ++k) key[k] = key[n - 1];  // lanes past n repeat the last key, not stored
     // The next group's first lines are asked for over this group's first steps, and every step asks
     // for a line of one of this group's rows kRowAhead pairs on, so that each row's stream stays that
     // far ahead (16 rows read 4 bytes a step are more streams than the prefetchers follow).

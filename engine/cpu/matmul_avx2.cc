@@ -369,20 +369,16 @@ constexpr const InPlaceTable* kInPlaceByPrefetch[3] = {&kInPlaceTiles<kMasked, P
                                                        &kInPlaceTiles<kMasked, Prefetch::kNextChunk>};
 constexpr const InPlaceTable* const* kInPlace[2] = {kInPlaceByPrefetch<false>, kInPlaceByPrefetch<true>};
 
-// The tiled weights the decode chunk after (group j, pairs [.., c1)) reads: the group's next pairs,
-// else the next group's first ones (one range); none past the thread's columns.
+// The tiled weights the decode chunk after (group j, pairs [.., c1)) reads (ChunkAfter), one range.
 struct NextChunk {
   const char* begin = nullptr;
   int64_t bytes = 0;
 };
 NextChunk NextChunkOf(const PairProblem& p, int64_t j, int64_t cols, int64_t c1, int64_t chunk, int64_t j_end) {
-  const int64_t pairs = Pairs(p);
-  const int64_t next_j = c1 < pairs ? j : j + cols;
-  if (next_j >= j_end) return NextChunk{};
-  const int64_t next_p = c1 < pairs ? c1 : 0;
-  int64_t stride = 0;
-  const uint32_t* at = TiledPairs(p, next_j / kTileRows * kTileRows, next_p, &stride);
-  return NextChunk{reinterpret_cast<const char*>(at), (std::min(next_p + chunk, pairs) - next_p) * stride * 4};
+  ChunkAt at;
+  NextChunk next;
+  if (ChunkAfter(p, j, cols, c1, chunk, j_end, &at)) next.begin = TiledChunk(p, at, &next.bytes);
+  return next;
 }
 
 // Row tile t of `tiles` over a decode chunk: the first reads the chunk from memory, prefetching its

@@ -77,6 +77,30 @@ inline const uint32_t* TiledPairs(const PairProblem& p, int64_t j, int64_t p0, i
   return reinterpret_cast<const uint32_t*>(p.w + g0 * p.k) + p0 * *stride + (j - g0);
 }
 
+// Where a column loop that takes group j's pairs in chunks of `chunk` goes after [.., c1): the group's
+// next pairs, else the next group's first ones (none past j_end: returns false). Its kernels prefetch
+// that chunk while they compute this one.
+struct ChunkAt {
+  int64_t j, p0, pairs;
+};
+inline bool ChunkAfter(const PairProblem& p, int64_t j, int64_t cols, int64_t c1, int64_t chunk, int64_t j_end,
+                       ChunkAt* next) {
+  const int64_t pairs = Pairs(p);
+  next->j = c1 < pairs ? j : j + cols;
+  next->p0 = c1 < pairs ? c1 : 0;
+  next->pairs = std::min(next->p0 + chunk, pairs) - next->p0;
+  return next->j < j_end;
+}
+
+// Tiled weights: a chunk's pairs of its whole group (whichever of its columns a thread reads), one
+// range of *bytes.
+inline const char* TiledChunk(const PairProblem& p, const ChunkAt& c, int64_t* bytes) {
+  int64_t stride = 0;
+  const uint32_t* at = TiledPairs(p, c.j / kTileRows * kTileRows, c.p0, &stride);
+  *bytes = c.pairs * stride * 4;
+  return reinterpret_cast<const char*>(at);
+}
+
 // fn(i_begin, i_end) for the rows of x in equal passes of at most most_rows rows and most_bytes of x
 // (rows of row_bytes), a multiple of `multiple` each but the last: the passes over all the weights that
 // keep a pass's x in L3 while every column group reads it again.

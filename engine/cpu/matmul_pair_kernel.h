@@ -417,19 +417,15 @@ struct NextBlock {
 };
 
 NextBlock NextBlockOf(const PairProblem& p, int64_t j, int64_t cols, int64_t c1, int64_t chunk, int64_t j_end) {
-  const int64_t pairs = Pairs(p);
-  const int64_t next_j = c1 < pairs ? j : j + cols;
-  if (next_j >= j_end) return NextBlock{};
-  const int64_t next_cols = GroupCols(p, next_j, j_end);
-  const int64_t next_p = c1 < pairs ? c1 : 0;
-  const int64_t next_len = std::min(next_p + chunk, pairs) - next_p;
+  ChunkAt next;
+  if (!ChunkAfter(p, j, cols, c1, chunk, j_end, &next)) return NextBlock{};
   if (p.w_tiled) {
-    int64_t g = 0;
-    // The whole group's pairs, whichever of its columns the thread reads.
-    const uint32_t* pairs = TiledPairs(p, next_j / kTileRows * kTileRows, next_p, &g);
-    return NextBlock{reinterpret_cast<const char*>(pairs), 1, 0, next_len * 4 * g};
+    NextBlock block{nullptr, 1, 0, 0};
+    block.begin = TiledChunk(p, next, &block.bytes);
+    return block;
   }
-  return NextBlock{reinterpret_cast<const char*>(p.w + next_j * p.k + 2 * next_p), next_cols, p.k * 2, next_len * 4};
+  return NextBlock{reinterpret_cast<const char*>(p.w + next.j * p.k + 2 * next.p0), GroupCols(p, next.j, j_end), p.k * 2,
+                   next.pairs * 4};
 }
 
 // Row tile `t` of `tiles` prefetches its share of the next block, a step per pair of its `steps`, so
