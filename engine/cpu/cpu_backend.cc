@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -34,6 +35,16 @@ int64_t CpuBackend::matmul_nanos() { return matmul_ns.load(std::memory_order_rel
 
 CpuBackend::CpuBackend(const ModelWeights& weights, Precision precision, ThreadPool& pool)
     : w_(weights), cfg_(weights.config()), precision_(precision), pool_(pool) {
+  // Once a process (a worker may hold several stages): which kernel its numbers come from.
+  static std::once_flag logged;
+  std::call_once(logged, [&pool] {
+    const std::string line = absl::StrCat("CPU stages: ", pool.size(), " threads, ", MatmulKernelSummary());
+    if (MatmulIsaRequestIgnored()) {
+      LP_LOG(WARNING) << line;
+    } else {
+      LP_LOG(INFO) << line;
+    }
+  });
   inv_freq_sliding_ = RopeInvFreq(cfg_.head_dim, cfg_.rope_sliding.theta, cfg_.rope_sliding.partial_rotary_factor);
   inv_freq_full_ = RopeInvFreq(cfg_.global_head_dim, cfg_.rope_full.theta, cfg_.rope_full.partial_rotary_factor);
 }

@@ -131,16 +131,55 @@ bool CpuSupportsAvx512Bf16() {
   return supported;
 }
 
-MatmulIsa ActiveMatmulIsa() {
-  static const MatmulIsa isa = [] {
-    const char* env = std::getenv("LAYERPIPE_MATMUL_ISA");
-    const std::string wanted = env != nullptr ? env : "";
-    if (wanted == "avx2") return MatmulIsa::kAvx2;
-    if (CpuSupportsAvx512Bf16() && wanted != "avx512f") return MatmulIsa::kAvx512Bf16;
-    return CpuSupportsAvx512F() ? MatmulIsa::kAvx512F : MatmulIsa::kAvx2;
-  }();
-  return isa;
+namespace {
+
+// The kernel this process runs, and why $LAYERPIPE_MATMUL_ISA was not followed where it was not.
+struct IsaChoice {
+  MatmulIsa isa;
+  std::string ignored;  // empty, or what was asked and why it was set aside
+};
+
+MatmulIsa BestIsa() {
+  if (CpuSupportsAvx512Bf16()) return MatmulIsa::kAvx512Bf16;
+  return CpuSupportsAvx512F() ? MatmulIsa::kAvx512F : MatmulIsa::kAvx2;
 }
+
+IsaChoice ChooseIsa() {
+  const char* env = std::getenv("LAYERPIPE_MATMUL_ISA");
+  const std::string wanted = env != nullptr ? env : "";
+  const std::string asked = "LAYERPIPE_MATMUL_ISA=" + wanted;
+  if (wanted.empty()) return {BestIsa(), ""};
+  if (wanted == "avx2") return {MatmulIsa::kAvx2, ""};
+  if (wanted == "avx512f") {
+    if (CpuSupportsAvx512F()) return {MatmulIsa::kAvx512F, ""};
+    return {MatmulIsa::kAvx2, asked + " ignored: this CPU lacks AVX-512 F/BW/VL"};
+  }
+  if (wanted == "avx512bf16") {
+    if (CpuSupportsAvx512Bf16()) return {MatmulIsa::kAvx512Bf16, ""};
+    return {BestIsa(), asked + " ignored: this CPU lacks AVX-512 BF16"};
+  }
+  return {BestIsa(), asked + " ignored: not one of avx2, avx512f, avx512bf16"};
+}
+
+const IsaChoice& ActiveChoice() {
+  static const IsaChoice choice = ChooseIsa();
+  return choice;
+}
+
+}  // namespace
+
+MatmulIsa ActiveMatmulIsa() { return ActiveChoice().isa; }
+
+std::string MatmulKernelSummary() {
+  const IsaChoice& c = ActiveChoice();
+  std::string s = "matmul kernel " + std::string(MatmulIsaName(c.isa)) + " (CPU: AVX-512 F " +
+                  (CpuSupportsAvx512F() ? "yes" : "no") + ", AVX-512 BF16 " + (CpuSupportsAvx512Bf16() ? "yes" : "no") +
+                  ")";
+  if (!c.ignored.empty()) s += "; " + c.ignored;
+  return s;
+}
+
+bool MatmulIsaRequestIgnored() { return !ActiveChoice().ignored.empty(); }
 
 std::string_view MatmulIsaName(MatmulIsa isa) {
   switch (isa) {

@@ -9,6 +9,7 @@
 #define LAYERPIPE_ENGINE_CPU_MATMUL_H_
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "engine/cpu/thread_pool.h"
@@ -32,6 +33,11 @@ enum class MatmulIsa { kAvx2, kAvx512F, kAvx512Bf16 };
 // CPU generations can still produce bit-identical tokens, or to compare kernels) or avx512f (the column
 // order on an AVX-512 BF16 machine, as every machine without BF16 runs it). Read once per process.
 MatmulIsa ActiveMatmulIsa();
+// One line for logs: the kernel ActiveMatmulIsa runs, what the CPU has, and, where
+// $LAYERPIPE_MATMUL_ISA names a kernel this CPU lacks or no kernel at all, that it was ignored (then
+// MatmulIsaRequestIgnored() is true and the best kernel runs).
+std::string MatmulKernelSummary();
+bool MatmulIsaRequestIgnored();
 // AVX-512 F, BW and VL (every AVX-512 server CPU since Skylake-SP): what the kAvx512F kernel needs;
 // without them it runs on AVX2 registers.
 bool CpuSupportsAvx512F();

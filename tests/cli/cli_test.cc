@@ -113,6 +113,39 @@ TEST_F(CliTest, ScoreWritesAFloat32Npy) {
   EXPECT_EQ(npy.size(), header + 5 * std::stoul(vocab) * 4);
 }
 
+// The line of stderr that holds `text` ("" if none).
+std::string LineWith(const std::string& err, const std::string& text) {
+  for (absl::string_view line : absl::StrSplit(err, '\n')) {
+    if (line.find(text) != absl::string_view::npos) return std::string(line);
+  }
+  return "";
+}
+
+// The CPU stage says once which matmul kernel it runs; $LAYERPIPE_MATMUL_ISA naming none is a warning
+// that says so (the best kernel runs: the same logits), not a silent fallback.
+TEST_F(CliTest, CpuStageNamesItsKernelAndAnIgnoredRequest) {
+  const std::string out = ::testing::TempDir() + "/cli_kernel_" + std::to_string(getpid()) + ".npy";
+  const std::string score = "score --model " + *model_ + " --ids 2,5,6 --logits-out " + out;
+  Result plain = RunCli(score);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  const std::string line = LineWith(plain.err, "] CPU stages: ");
+  EXPECT_EQ(line.substr(0, 1), "I") << plain.err;
+  EXPECT_NE(line.find(" threads, matmul kernel avx"), std::string::npos) << plain.err;
+  EXPECT_EQ(line.find("ignored"), std::string::npos) << plain.err;
+  const std::string logits = Slurp(out);
+
+  setenv("LAYERPIPE_MATMUL_ISA", "avx9", 1);
+  Result r = RunCli(score);
+  unsetenv("LAYERPIPE_MATMUL_ISA");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string warning = LineWith(r.err, "] CPU stages: ");
+  EXPECT_EQ(warning.substr(0, 1), "W") << r.err;
+  EXPECT_NE(warning.find("LAYERPIPE_MATMUL_ISA=avx9 ignored: not one of avx2, avx512f, avx512bf16"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(Slurp(out), logits);
+  std::filesystem::remove(out);
+}
+
 TEST_F(CliTest, PromptStreamingMatchesTheDecodedIds) {
   const std::string tok = TokenizerPath();
   Result r = RunCli("generate --model " + *model_ + " --chat --prompt 'Hello there' --max-new-tokens 10 --print-ids"

@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -120,6 +121,7 @@ class CliEngine:
         self.exe = os.path.join(bin_dir, "layerpipe")
         self.timeout = timeout
         self.device = device
+        self.kernel_lines = set()   # what the CPU stages said they run (cpu_backend.cc logs it once)
         if not os.access(self.exe, os.X_OK):
             raise SystemExit(f"FAIL: {self.exe} is missing or not executable (pass --bin or set LAYERPIPE_BIN)")
 
@@ -131,6 +133,7 @@ class CliEngine:
             raise CheckFailure(f"timed out after {self.timeout}s: {' '.join(cmd)}")
         if done.returncode != 0:
             raise CheckFailure(f"exit {done.returncode}: {' '.join(cmd)}\n{done.stderr.strip()[-2000:]}")
+        self.kernel_lines.update(m.group(1) for m in re.finditer(r"CPU stages: \d+ threads, (matmul kernel .*)", done.stderr))
         return done.stdout
 
     def make_checkpoint(self, out_dir, case):
@@ -1092,6 +1095,20 @@ def select(spec, skip_multimodal):
     return text, media
 
 
+SKIP_CODE = 77  # ctest's SKIP_RETURN_CODE in tests/oracle/tests.cmake
+
+
+def check_kernel(lines, expected):
+    """The kernel the engine said it ran (one line per process) against --expect-kernel: failures, and
+    whether the engine said it set the request aside because this CPU lacks that kernel (a skip)."""
+    print(f"\nCPU stages said: {sorted(lines) or 'nothing'}")
+    if {line.split()[2] for line in lines} == {expected}:
+        return [], False
+    if any("ignored: this CPU lacks" in line for line in lines):
+        return [], True
+    return [f"expected every CPU stage to run the {expected} matmul kernel, they said {sorted(lines) or 'nothing'}"], False
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", default=os.environ.get("LAYERPIPE_BIN"), help="directory holding `layerpipe`")
@@ -1102,6 +1119,9 @@ def main():
     parser.add_argument("--skip-multimodal", action="store_true", help="drop the multimodal cases from the selection")
     parser.add_argument("--timeout", type=int, default=120, help="seconds per engine command")
     parser.add_argument("--device", default="cpu", help="where `layerpipe` runs the layers: cpu, cuda, cuda:N")
+    parser.add_argument("--expect-kernel", default="",
+                        help="require every CPU stage to say it ran this matmul kernel (avx2, avx512f, avx512bf16); "
+                             f"exit {SKIP_CODE} (skipped) where it says this CPU lacks it")
     args = parser.parse_args()
 
     if args.emulate:
@@ -1144,6 +1164,13 @@ def main():
         failures += check_controls(media_rows, all_cases=len(media_cases) == len(MM_CASES), label=short)
         failures += check_controls(media_rows, all_cases=len(media_cases) == len(MM_CASES), key="resize_controls",
                                    minimum=RESIZED_MAX, label=short)
+    skip = False
+    if args.expect_kernel and isinstance(engine, CliEngine):
+        kernel_failures, skip = check_kernel(engine.kernel_lines, args.expect_kernel)
+        failures += kernel_failures
+    if skip and not failures:
+        print(f"SKIP: this CPU cannot run the {args.expect_kernel} kernel (the default run covers the one it ran)")
+        sys.exit(SKIP_CODE)
     if failures:
         print("\nFAILURES:")
         for f in failures:

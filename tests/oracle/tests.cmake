@@ -16,3 +16,15 @@ add_test(NAME oracle_multimodal
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/oracle/check_engine.py --cases multimodal
                  --bin ${CMAKE_BINARY_DIR}/bin --work ${CMAKE_BINARY_DIR}/test_data/oracle_multimodal)
 set_tests_properties(oracle_multimodal PROPERTIES TIMEOUT 900)
+
+# The text cases again on each CPU matmul kernel this machine can run but does not pick by itself
+# (LAYERPIPE_MATMUL_ISA), with the attention paths that follow it: an AVX-512 machine then holds the
+# AVX2 and AVX-512F paths of the whole engine to the oracle too, as AVX2-only machines run them.
+# Skipped (77) where the CPU lacks the kernel.
+foreach(isa avx2 avx512f)
+  add_test(NAME oracle_exactness_${isa}
+           COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/oracle/check_engine.py --expect-kernel ${isa}
+                   --bin ${CMAKE_BINARY_DIR}/bin --work ${CMAKE_BINARY_DIR}/test_data/oracle_${isa})
+  set_tests_properties(oracle_exactness_${isa} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT LAYERPIPE_MATMUL_ISA=${isa})
+endforeach()
