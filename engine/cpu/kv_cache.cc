@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/cpu/aligned_vector.h"
+#include "engine/cpu/kv_block_memory.h"
 #include "engine/model/kv_bytes.h"
 #include "engine/model/kv_layout.h"
 
@@ -16,14 +16,9 @@ size_t LayerKvCache::block_bytes() const {
   return static_cast<size_t>(kv::BlockBytes(ring_, window_, width_, static_cast<int64_t>(elem_)));
 }
 
-// A block on a cache line: rows are whole 64-byte vectors, which attention then reads in place (fp32)
-// or widens (bf16) without loads that straddle two lines.
-std::shared_ptr<uint8_t[]> LayerKvCache::NewBlock() const {
-  CacheLineAllocator<uint8_t> allocator;
-  const size_t bytes = block_bytes();
-  return std::shared_ptr<uint8_t[]>(allocator.allocate(bytes),
-                                    [allocator, bytes](uint8_t* p) mutable { allocator.deallocate(p, bytes); });
-}
+// A block on a cache line (rows are whole 64-byte vectors, which attention then reads in place (fp32)
+// or widens (bf16) without loads that straddle two lines), in huge pages (kv_block_memory.h).
+std::shared_ptr<uint8_t[]> LayerKvCache::NewBlock() const { return NewKvBlock(block_bytes()); }
 
 void LayerKvCache::Reserve(int64_t end) {
   while (static_cast<int64_t>(blocks_.size()) < kv::BlocksAt(ring_, end)) blocks_.push_back(NewBlock());

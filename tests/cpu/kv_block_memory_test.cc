@@ -1,0 +1,98 @@
+// KV blocks (engine/cpu/kv_block_memory.h): small ones share huge-page chunks without overlapping,
+// freed slots are taken again before a chunk is made, empty chunks go back, large blocks are their own
+// huge-page allocations.
+#include "engine/cpu/kv_block_memory.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/model/huge_pages.h"
+
+namespace layerpipe {
+namespace {
+
+uintptr_t Address(const std::shared_ptr<uint8_t[]>& block) { return reinterpret_cast<uintptr_t>(block.get()); }
+
+// The VmFlags of the mapping that holds `address` (/proc/self/smaps), "" if none.
+std::string VmFlagsAt(uintptr_t address) {
+  std::ifstream smaps("/proc/self/smaps");
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      inside = address >= lo && address < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line.substr(8);
+  }
+  return "";
+}
+
+TEST(KvBlockMemoryTest, SmallBlocksShareAHugePageChunkWithoutOverlapping) {
+  const size_t chunks = KvBlockChunks();
+  constexpr size_t kBytes = 512 << 10;  // a global layer's bf16 page
+  std::vector<std::shared_ptr<uint8_t[]>> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(NewKvBlock(kBytes));
+  EXPECT_EQ(KvBlockChunks(), chunks + 1);
+  const uintptr_t chunk = Address(blocks[0]) / kHugePageBytes * kHugePageBytes;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(Address(blocks[i]) % 64, 0u);
+    EXPECT_EQ(Address(blocks[i]) / kHugePageBytes * kHugePageBytes, chunk) << "block " << i;
+    std::memset(blocks[i].get(), 'a' + i, kBytes);
+  }
+  for (int i = 0; i < 4; ++i) {
+    for (size_t at : {size_t{0}, kBytes / 2, kBytes - 1}) EXPECT_EQ(blocks[i][at], 'a' + i) << "block " << i;
+  }
+  // The chunk was advised to use huge pages (whether the kernel grants them depends on its THP mode).
+  EXPECT_NE(VmFlagsAt(Address(blocks[0])).find(" hg"), std::string::npos) << VmFlagsAt(Address(blocks[0]));
+  // A fifth block needs a second chunk.
+  blocks.push_back(NewKvBlock(kBytes));
+  EXPECT_EQ(KvBlockChunks(), chunks + 2);
+}
+
+TEST(KvBlockMemoryTest, FreedSlotsAreTakenAgainAndEmptyChunksGoBack) {
+  const size_t chunks = KvBlockChunks();
+  constexpr size_t kBytes = 300 << 10;  // 6 a chunk, 248 KiB of it unused
+  std::vector<std::shared_ptr<uint8_t[]>> blocks;
+  for (int i = 0; i < 18; ++i) blocks.push_back(NewKvBlock(kBytes));
+  EXPECT_EQ(KvBlockChunks(), chunks + 3);
+  const uintptr_t freed = Address(blocks[7]);
+  blocks[7].reset();
+  EXPECT_EQ(Address(blocks[7] = NewKvBlock(kBytes)), freed);  // the free slot, not a new chunk
+  EXPECT_EQ(KvBlockChunks(), chunks + 3);
+  blocks.clear();
+  EXPECT_EQ(KvBlockChunks(), chunks + 1);  // one empty chunk kept for the next block of this size
+  auto again = NewKvBlock(kBytes);
+  EXPECT_EQ(KvBlockChunks(), chunks + 1);
+}
+
+TEST(KvBlockMemoryTest, SizesDoNotShareChunks) {
+  auto a = NewKvBlock(64 << 10), b = NewKvBlock(96 << 10);
+  EXPECT_NE(Address(a) / kHugePageBytes, Address(b) / kHugePageBytes);
+  // Sizes are taken in whole cache lines: 100 and 128 bytes share slots of 128.
+  auto c = NewKvBlock(100), d = NewKvBlock(128);
+  EXPECT_EQ(Address(c) / kHugePageBytes, Address(d) / kHugePageBytes);
+  EXPECT_EQ(Address(d) > Address(c) ? Address(d) - Address(c) : Address(c) - Address(d), 128u);
+}
+
+TEST(KvBlockMemoryTest, LargeBlocksAreTheirOwnHugePageAllocations) {
+  const size_t chunks = KvBlockChunks();
+  auto ring = NewKvBlock(size_t{8} << 20);  // a sliding layer's bf16 ring
+  EXPECT_EQ(Address(ring) % kHugePageBytes, 0u);
+  EXPECT_NE(VmFlagsAt(Address(ring)).find(" hg"), std::string::npos);
+  auto between = NewKvBlock(size_t{3} << 19);  // 1.5 MiB: one a chunk would waste a quarter
+  EXPECT_EQ(Address(between) % 64, 0u);
+  EXPECT_EQ(KvBlockChunks(), chunks);
+  std::memset(ring.get(), 1, size_t{8} << 20);
+  std::memset(between.get(), 2, size_t{3} << 19);
+}
+
+}  // namespace
+}  // namespace layerpipe
