@@ -39,24 +39,32 @@ absl::StatusOr<std::unique_ptr<HugePageBuffer>> HugePageBuffer::Allocate(size_t 
 
 HugePageBuffer::~HugePageBuffer() { munmap(data_, size_); }
 
-size_t HugePageBuffer::huge_bytes() const {
+std::vector<std::string> SmapsFields(const std::function<bool(uintptr_t lo, uintptr_t hi)>& take) {
   std::ifstream smaps("/proc/self/smaps");
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(data_), end = begin + size_;
-  size_t huge = 0;
-  bool inside = false;
+  std::vector<std::string> fields;
+  bool taken = false;
   for (std::string line; std::getline(smaps, line);) {
     unsigned long lo = 0, hi = 0;
     char dash = 0;
     std::istringstream head(line);
     if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
-      inside = lo >= begin && hi <= end;  // a mapping line; the kernel may have split ours in several
+      taken = take(lo, hi);  // a mapping's first line
       continue;
     }
-    if (inside && line.rfind("AnonHugePages:", 0) == 0) {
-      size_t kb = 0;
-      std::istringstream(line.substr(14)) >> kb;
-      huge += kb * 1024;
-    }
+    if (taken) fields.push_back(line);
+  }
+  return fields;
+}
+
+size_t HugePageBuffer::huge_bytes() const {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data_), end = begin + size_;
+  size_t huge = 0;
+  // The kernel may have split the mapping in several.
+  for (const std::string& line : SmapsFields([&](uintptr_t lo, uintptr_t hi) { return lo >= begin && hi <= end; })) {
+    if (line.rfind("AnonHugePages:", 0) != 0) continue;
+    size_t kb = 0;
+    std::istringstream(line.substr(14)) >> kb;
+    huge += kb * 1024;
   }
   return huge;
 }

@@ -7,7 +7,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -15,6 +18,11 @@ namespace layerpipe {
 
 // The transparent huge page size of x86-64.
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+// The field lines ("AnonHugePages:  2048 kB", "VmFlags: rd wr mr mw me ac hg", ..) of the mappings in
+// /proc/self/smaps whose address range [lo, hi) `take` accepts: what the kernel did with memory it was
+// advised about.
+std::vector<std::string> SmapsFields(const std::function<bool(uintptr_t lo, uintptr_t hi)>& take);
 
 class HugePageBuffer {
  public:

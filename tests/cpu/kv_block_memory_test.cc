@@ -6,8 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,19 +16,10 @@ namespace {
 
 uintptr_t Address(const std::shared_ptr<uint8_t[]>& block) { return reinterpret_cast<uintptr_t>(block.get()); }
 
-// The VmFlags of the mapping that holds `address` (/proc/self/smaps), "" if none.
+// The VmFlags of the mapping that holds `address` ("" if none).
 std::string VmFlagsAt(uintptr_t address) {
-  std::ifstream smaps("/proc/self/smaps");
-  bool inside = false;
-  for (std::string line; std::getline(smaps, line);) {
-    unsigned long lo = 0, hi = 0;
-    char dash = 0;
-    std::istringstream head(line);
-    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
-      inside = address >= lo && address < hi;
-      continue;
-    }
-    if (inside && line.rfind("VmFlags:", 0) == 0) return line.substr(8);
+  for (const std::string& line : SmapsFields([=](uintptr_t lo, uintptr_t hi) { return address >= lo && address < hi; })) {
+    if (line.rfind("VmFlags:", 0) == 0) return line.substr(8);
   }
   return "";
 }
