@@ -61,17 +61,12 @@ class BlockPool {
     std::lock_guard<std::mutex> lock(mu_);
     chunk->free.push_back(slot);
     std::set<Chunk*>& open = open_[chunk->stride];
-    if (static_cast<int>(chunk->free.size()) < chunk->slots) {
-      open.insert(chunk);  // no-op unless it was full
-      return;
-    }
-    // Empty: kept only while no other chunk of its size has room, so that a block freed and taken
-    // again and again at a chunk's edge does not map and zero a huge page each time.
-    if (open.size() > 1 || (open.size() == 1 && !open.contains(chunk))) {
+    open.insert(chunk);  // a no-op unless it was full
+    // Emptied: released unless it is the only chunk of its size with room, so that a block freed and
+    // taken again and again at a chunk's edge does not map and zero a huge page each time.
+    if (static_cast<int>(chunk->free.size()) == chunk->slots && open.size() > 1) {
       open.erase(chunk);
       chunks_.erase(chunk);
-    } else {
-      open.insert(chunk);
     }
   }
 
