@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/model/huge_pages.h"
@@ -81,6 +83,33 @@ TEST(KvBlockMemoryTest, LargeBlocksAreTheirOwnHugePageAllocations) {
   EXPECT_EQ(KvBlockChunks(), chunks);
   std::memset(ring.get(), 1, size_t{8} << 20);
   std::memset(between.get(), 2, size_t{3} << 19);
+}
+
+// Stages of one worker take and free blocks from several threads at once: no block is handed out
+// twice while held (each thread's pattern survives the others), and all chunks but one a size go back.
+TEST(KvBlockMemoryTest, ThreadsTakingAndFreeingAtOnceNeverShareABlock) {
+  const size_t chunks = KvBlockChunks();
+  constexpr size_t kSizes[] = {64 << 10, 200 << 10};
+  std::vector<std::thread> threads;
+  std::atomic<int> clobbered{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([t, &kSizes, &clobbered] {
+      std::vector<std::shared_ptr<uint8_t[]>> held;
+      for (int i = 0; i < 400; ++i) {
+        const size_t bytes = kSizes[(i + t) % 2];
+        held.push_back(NewKvBlock(bytes));
+        std::memset(held.back().get(), t + 1, bytes);
+        if (held.size() > 12) {  // let go of the oldest, after checking it kept this thread's mark
+          const size_t old_bytes = kSizes[(i - 12 + t) % 2];
+          if (held.front()[0] != t + 1 || held.front()[old_bytes - 1] != t + 1) ++clobbered;
+          held.erase(held.begin());
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(clobbered.load(), 0);
+  EXPECT_LE(KvBlockChunks(), chunks + 2);
 }
 
 }  // namespace
