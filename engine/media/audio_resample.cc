@@ -11,8 +11,12 @@
 namespace layerpipe::media_internal {
 
 int64_t ResampledLength(int64_t frames, int rate) {
-  // soxr's own example sizes the output so; frames < 2^40 and rate >= 1 keep this exact enough.
-  return static_cast<int64_t>(static_cast<double>(frames) * kAudioSampleRate / rate + 0.5);
+  // The length libsoxr's flush stops at (soxr.c, _soxr_flush): frames / io_ratio + 0.5, truncated, with
+  // io_ratio = rate / 16000 in double. Where frames * 16000 / rate is exactly half a sample this can
+  // differ from rounding that quotient: 49 frames at 8960 Hz are 87.5 samples, but 8960 / 16000 in
+  // double is a hair above 0.56, so libsoxr makes 87.
+  const double io_ratio = static_cast<double>(rate) / kAudioSampleRate;
+  return static_cast<int64_t>(static_cast<double>(frames) / io_ratio + 0.5);
 }
 
 absl::StatusOr<std::vector<float>> ResampleTo16k(const std::vector<float>& in, int rate) {

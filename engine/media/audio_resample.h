@@ -9,7 +9,8 @@
 
 namespace layerpipe::media_internal {
 
-// How many 16 kHz samples `frames` at `rate` become: frames * 16000 / rate, rounded.
+// How many 16 kHz samples `frames` at `rate` become: frames * 16000 / rate, rounded as libsoxr rounds it
+// (which may differ by one where that quotient is exactly half a sample).
 int64_t ResampledLength(int64_t frames, int rate);
 
 // libsoxr's high-quality (SOXR_HQ) one-shot conversion of mono samples from `rate` to 16 kHz, flushed,

@@ -54,6 +54,8 @@ const std::set<std::string>& Covered() {
       "image_decode_fuzz/png_itxt_claims_1_8GB.png",
       "wav_decode_fuzz/wav_list_chunk_hang.wav",
       "wav_decode_fuzz/wav_float64_past_float_range.wav",
+      "wav_decode_fuzz/wav_8960hz_half_sample_length.wav",
+      "wav_decode_fuzz/wav_list_entry_minus_8_hang.wav",
   };
   return covered;
 }
@@ -181,9 +183,17 @@ TEST(FuzzCrashInputs, PngChunkClaimingGigabytesIsRefusedBeforeLibpngAllocatesIt)
 }
 
 TEST(FuzzCrashInputs, WavChunkPastTheEndIsRefusedBeforeLibsndfileHangs) {
-  // libsndfile 1.2.0 never returned from sf_open on this LIST chunk of 0xffff0010 bytes.
+  // libsndfile 1.2.0 never returned from sf_open on this LIST chunk of 0xffff0010 bytes; the 16-byte LIST
+  // before it, whose entry overruns it, is now the first problem found.
   ExpectStatus(DecodeAudio(ReadCrash("wav_decode_fuzz/wav_list_chunk_hang.wav"), MediaLimits()).status(),
-               absl::StatusCode::kInvalidArgument, "chunk \"LIST\" of 4294901776 bytes at byte 60 runs past the end");
+               absl::StatusCode::kInvalidArgument, "runs past the end of the LIST chunk at byte 36");
+}
+
+TEST(FuzzCrashInputs, WavListEntryPastItsListIsRefusedBeforeLibsndfileHangs) {
+  // libsndfile 1.2.0 never returned from sf_open on an INFO entry of 0xfffffff8 bytes in a 16-byte LIST.
+  ExpectStatus(DecodeAudio(ReadCrash("wav_decode_fuzz/wav_list_entry_minus_8_hang.wav"), MediaLimits()).status(),
+               absl::StatusCode::kInvalidArgument,
+               "subchunk \"I???\" of 4294967288 bytes at byte 48 runs past the end of the LIST chunk at byte 36");
 }
 
 TEST(FuzzCrashInputs, WavWithSamplesPastFloatRangeIsRefused) {
@@ -191,6 +201,16 @@ TEST(FuzzCrashInputs, WavWithSamplesPastFloatRangeIsRefused) {
   // non-finite samples are refused too (media_test).
   ExpectStatus(DecodeAudio(ReadCrash("wav_decode_fuzz/wav_float64_past_float_range.wav"), MediaLimits()).status(),
                absl::StatusCode::kInvalidArgument, "runs past the end of the file");
+}
+
+TEST(FuzzCrashInputs, WavWhoseLengthIsHalfASampleAt16kHzIsRefusedForItsList) {
+  // 49 frames at 8960 Hz, 87.5 samples at 16 kHz: the length wanted was rounded up to 88 while libsoxr
+  // made 87, and DecodeAudio failed with an Internal error (fixed in ResampledLength; media_test's
+  // HalfSampleLengthsComeOutAsLibsoxrRoundsThem holds it). This file's INFO entry also overruns its LIST,
+  // which is now refused first.
+  ExpectStatus(DecodeAudio(ReadCrash("wav_decode_fuzz/wav_8960hz_half_sample_length.wav"), MediaLimits()).status(),
+               absl::StatusCode::kInvalidArgument,
+               "subchunk \"IS;?\" of 16384 bytes at byte 48 runs past the end of the LIST chunk at byte 36");
 }
 
 }  // namespace
