@@ -21,7 +21,7 @@ struct Chunk {
   std::unique_ptr<HugePageBuffer> memory;
   size_t stride;
   std::vector<int> free;  // slots not in use
-  int slots;
+  int slots() const { return static_cast<int>(kHugePageBytes / stride); }
 };
 
 class BlockPool {
@@ -50,8 +50,7 @@ class BlockPool {
     auto chunk = std::make_unique<Chunk>();
     chunk->memory = *std::move(memory);
     chunk->stride = stride;
-    chunk->slots = static_cast<int>(kHugePageBytes / stride);
-    for (int s = chunk->slots - 1; s >= 0; --s) chunk->free.push_back(s);  // slot 0 first
+    for (int s = chunk->slots() - 1; s >= 0; --s) chunk->free.push_back(s);  // slot 0 first
     Chunk* raw = chunk.get();
     chunks_.emplace(raw, std::move(chunk));
     return raw;
@@ -64,7 +63,7 @@ class BlockPool {
     open.insert(chunk);  // a no-op unless it was full
     // Emptied: released unless it is the only chunk of its size with room, so that a block freed and
     // taken again and again at a chunk's edge does not map and zero a huge page each time.
-    if (static_cast<int>(chunk->free.size()) == chunk->slots && open.size() > 1) {
+    if (static_cast<int>(chunk->free.size()) == chunk->slots() && open.size() > 1) {
       open.erase(chunk);
       chunks_.erase(chunk);
     }

@@ -59,49 +59,40 @@ bool IsWav(std::string_view b) {
          b.substr(8, 4) == "WAVE";
 }
 
-// libsndfile 1.2.0 can loop (practically) forever on a LIST chunk that claims more bytes than the file
-// has (found by wav_decode_fuzz: 108 bytes, a LIST of 0xffff0010 bytes full of 0xff subchunks), and on
-// a subchunk inside a LIST that claims more than the LIST holds (found by it too: an INFO entry of
-// 0xfffffff8 bytes, -8 to a 32-bit reader, in a LIST of 16). So the top-level chunks are walked first
-// and every one but the sample data must fit in the file, and a LIST's subchunks in the LIST; "data"
-// may claim more (streamed recordings leave its size at 0 or 0xffffffff; libsndfile reads what is there).
+// A chunk id for a message: bytes outside printable ASCII as '?'.
 std::string ChunkName(std::string_view id) {
   std::string name;
   for (char c : id) name += (c >= 0x20 && c < 0x7f) ? c : '?';
   return name;
 }
 
-absl::Status CheckChunks(std::string_view b) {
+// libsndfile 1.2.0 can loop (practically) forever on a LIST chunk that claims more bytes than the file
+// has (found by wav_decode_fuzz: 108 bytes, a LIST of 0xffff0010 bytes full of 0xff subchunks), and on
+// a subchunk inside a LIST that claims more than the LIST holds (found by it too: an INFO entry of
+// 0xfffffff8 bytes, -8 to a 32-bit reader, in a LIST of 16). So the chunks are walked first: every
+// top-level one but the sample data must fit in the file, and a LIST's entries in the LIST; "data" may
+// claim more (streamed recordings leave its size at 0 or 0xffffffff; libsndfile reads what is there).
+// Walks the chunks of b's [begin, end): the file's (list_pos npos), or the entries of the LIST chunk
+// at list_pos.
+absl::Status CheckChunks(std::string_view b, size_t begin, size_t end, size_t list_pos) {
   const bool big_endian = b.substr(0, 4) == "RIFX";
-  auto size_at = [&](size_t at) {
-    const auto* p = reinterpret_cast<const uint8_t*>(b.data()) + at;
-    return big_endian ? uint64_t{p[0]} << 24 | p[1] << 16 | p[2] << 8 | p[3]
-                      : uint64_t{p[3]} << 24 | p[2] << 16 | p[1] << 8 | p[0];
-  };
-  // The subchunks of the LIST whose body (after its 4-byte list type) is [begin, end).
-  auto check_list = [&](size_t list_pos, size_t begin, size_t end) -> absl::Status {
-    for (size_t pos = begin; pos + 8 <= end;) {
-      const uint64_t size = size_at(pos + 4);
-      if (size > end - pos - 8) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "WAV file: subchunk \"%s\" of %d bytes at byte %d runs past the end of the LIST chunk at byte %d "
-            "(%d bytes)", ChunkName(b.substr(pos, 4)), size, pos, list_pos, end - list_pos - 8));
-      }
-      pos += 8 + size + (size & 1);
-    }
-    return absl::OkStatus();
-  };
-  for (size_t pos = 12; pos + 8 <= b.size();) {
+  const bool in_list = list_pos != std::string_view::npos;
+  for (size_t pos = begin; pos + 8 <= end;) {
     const std::string_view id = b.substr(pos, 4);
-    const uint64_t size = size_at(pos + 4);
-    if (id == "data" && size > b.size() - pos - 8) return absl::OkStatus();  // the samples run to the end
-    if (size > b.size() - pos - 8) {
+    const auto* p = reinterpret_cast<const uint8_t*>(b.data()) + pos + 4;
+    const uint64_t size = big_endian ? uint64_t{p[0]} << 24 | p[1] << 16 | p[2] << 8 | p[3]
+                                     : uint64_t{p[3]} << 24 | p[2] << 16 | p[1] << 8 | p[0];
+    if (size > end - pos - 8) {
+      if (!in_list && id == "data") return absl::OkStatus();  // the samples run to the end
+      const std::string past =
+          in_list ? absl::StrFormat("the LIST chunk at byte %d (%d bytes)", list_pos, end - list_pos - 8)
+                  : absl::StrFormat("the file (%d bytes)", end);
       return absl::InvalidArgumentError(
-          absl::StrFormat("WAV file: chunk \"%s\" of %d bytes at byte %d runs past the end of the file (%d bytes)",
-                          ChunkName(id), size, pos, b.size()));
+          absl::StrFormat("WAV file: %s \"%s\" of %d bytes at byte %d runs past the end of %s",
+                          in_list ? "subchunk" : "chunk", ChunkName(id), size, pos, past));
     }
-    if (id == "LIST" && size >= 4) {
-      if (absl::Status list = check_list(pos, pos + 12, pos + 8 + size); !list.ok()) return list;
+    if (!in_list && id == "LIST" && size >= 4) {
+      if (absl::Status list = CheckChunks(b, pos + 12, pos + 8 + size, pos); !list.ok()) return list;
     }
     pos += 8 + size + (size & 1);
   }
@@ -147,7 +138,7 @@ absl::StatusOr<std::vector<float>> DecodeAudio(std::string_view bytes, const Med
     return absl::InvalidArgumentError(absl::StrCat(message, ")"));
   }
 
-  if (absl::Status chunks = CheckChunks(bytes); !chunks.ok()) return chunks;
+  if (absl::Status chunks = CheckChunks(bytes, 12, bytes.size(), std::string_view::npos); !chunks.ok()) return chunks;
 
   MemoryFile file{bytes};
   SF_VIRTUAL_IO io{Length, Seek, Read, Write, Tell};
