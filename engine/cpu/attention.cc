@@ -193,11 +193,9 @@ inline float VectorExp(float x) { return _mm256_cvtss_f32(_ZGVdN8v_expf(_mm256_s
 
 // Turns one vector's scores over [lo, hi] (indices into its row) into unnormalized weights
 // exp(s - max), zero elsewhere in [0, keys); gives the max and the weights' sum. The sum runs in double
-// over 8 lanes (4 + 4) counted from lo, then the tail, so it depends only on the scores. With
-// `bf16_weights`, each weight is rounded to bf16 before it is stored and summed, so the sum is that of
-// the weights the values are multiplied by.
-void SegmentSoftmax(float* s, int64_t keys, int64_t lo, int64_t hi, bool bf16_weights, float* max,
-                    double* sum_out) {
+// over 8 lanes (4 + 4) counted from lo, then the tail, so it depends only on the scores. (The bf16
+// pairs' weights have their own, attention_dot::SegmentSoftmax.)
+void SegmentSoftmax(float* s, int64_t keys, int64_t lo, int64_t hi, float* max, double* sum_out) {
   std::fill(s, s + lo, 0.0f);
   std::fill(s + hi + 1, s + keys, 0.0f);
   float* x = s + lo;
@@ -215,8 +213,7 @@ void SegmentSoftmax(float* s, int64_t keys, int64_t lo, int64_t hi, bool bf16_we
   __m256d lo_sum = _mm256_setzero_pd(), hi_sum = _mm256_setzero_pd();
   i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m256 e = _ZGVdN8v_expf(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
-    if (bf16_weights) e = _mm256_castsi256_ps(bf16_internal::RoundLanes(e));
+    const __m256 e = _ZGVdN8v_expf(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
     _mm256_storeu_ps(x + i, e);
     lo_sum = _mm256_add_pd(lo_sum, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
     hi_sum = _mm256_add_pd(hi_sum, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
@@ -228,10 +225,7 @@ void SegmentSoftmax(float* s, int64_t keys, int64_t lo, int64_t hi, bool bf16_we
     alignas(32) float t[8];
     for (int l = 0; l < 8; ++l) t[l] = i + l < n ? x[i + l] : mx;
     _mm256_store_ps(t, _ZGVdN8v_expf(_mm256_sub_ps(_mm256_load_ps(t), vm)));
-    for (int64_t l = 0; i + l < n; ++l) {
-      x[i + l] = bf16_weights ? RoundToBf16(t[l]) : t[l];
-      sum += x[i + l];
-    }
+    for (int64_t l = 0; i + l < n; ++l) sum += (x[i + l] = t[l]);
   }
   *max = mx;
   *sum_out = sum;
@@ -306,7 +300,8 @@ void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd
         part.max[at] = -INFINITY;
         part.sum[at] = 0;
       } else {
-        SegmentSoftmax(row, e - a, lo - a, hi - a, dot, &part.max[at], &part.sum[at]);
+        auto* softmax = dot ? attention_dot::SegmentSoftmax : SegmentSoftmax;
+        softmax(row, e - a, lo - a, hi - a, &part.max[at], &part.sum[at]);
       }
       if (dot) {  // the pairs' keys outside [a, e) weigh 0
         if (shift != 0) row[-1] = 0.0f;

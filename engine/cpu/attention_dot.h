@@ -26,6 +26,13 @@ inline bool Bf16DotFits(int hd) { return hd % 2 == 0; }
 void ScoreKeys(const AttentionChunk& c, int64_t koff, int hd, const uint16_t* q16, int64_t q_ld, int vectors,
                int64_t a, int64_t e, float* scores, int64_t ld);
 
+// Turns one vector's scores over [lo, hi] (indices into its row of `keys`) into the weights the values
+// are multiplied by: exp(s - max) rounded to bf16 (held in floats), zeros elsewhere in [0, keys); gives
+// the max and the sum of the stored weights. 16 lanes at a time (libmvec's 16-lane expf), a partial last
+// register masked rather than run apart, so a weight depends on its score and the max only; the sum runs
+// in double over the lanes counted from lo.
+void SegmentSoftmax(float* s, int64_t keys, int64_t lo, int64_t hi, float* max, double* sum);
+
 // out[v][0 .. hd) += Σ_j p[v * ld + (j - a0)] · value j over the keys j in [a, e) in pairs from a0, the
 // even position at or below a; every p is a bf16 value, and the weights of a0 (when a0 < a) and of e
 // (when e - a0 is odd) are zeros the caller leaves there. The rows of keys outside [a, e) are not read.
