@@ -104,6 +104,20 @@ TEST(AttentionRunnerTest, BitIdenticalAcrossThreadCountsAndPlans) {
   }
 }
 
+// A few rows over a long context (a prompt's last chunk, a short question after a long document) leave
+// threads idle with one group to attend: its keys are split by segment, as decode's are, and the bits stay.
+TEST(AttentionRunnerTest, AShortChunkOverALongContextSplitsItsKeys) {
+  const Layout global{16, 1, 64, 0};
+  const std::vector<Sequence> seqs = {{1100, {1096, 4}}};  // 4 rows x 16 heads over 3 segments of keys
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    int64_t segment_tasks = 0;
+    const auto base = RunSteps(global, precision, seqs, 1, &segment_tasks);
+    const auto split = RunSteps(global, precision, seqs, 2, &segment_tasks);
+    EXPECT_EQ(segment_tasks, 3);  // the 4-row chunk's; the 1096-row one goes in whole tasks
+    EXPECT_EQ(std::memcmp(split[0].data(), base[0].data(), sizeof(float) * base[0].size()), 0);
+  }
+}
+
 // The runner multiplies bf16 pairs exactly in the layers Bf16Pairs names (GQA groups, where the CPU
 // runs the matmuls on vdpbf16ps): its results are those of the products it chose, not the others'.
 TEST(AttentionRunnerTest, GqaGroupsMultiplyBf16PairsWhereTheCpuRunsThem) {
