@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "engine/cpu/attention_dot.h"
 #include "engine/cpu/attention_tiles.h"
@@ -88,11 +89,10 @@ constexpr auto kScoreTiles = TileTable<ScoreTiles<T>::template Of, kQueries, kKe
 template <typename T>
 constexpr auto kWeighTiles = TileTable<WeighTiles<T>::template Of, kQueries, kDimVectors>();
 
-// One group: query vectors v = (row, head) in row-major order, with their valid key ranges.
+// One group of query vectors, attended together block by block.
 struct Group {
   int vectors;
-  int64_t first_key, keys;  // the union of the rows' key ranges
-  int64_t ld;               // scores row stride
+  int64_t ld;  // scores row stride
   const float** q;
   float** out;
   float** p;  // each vector's weights at the current key block
@@ -246,30 +246,25 @@ bool Bf16Dot(const AttentionChunk& c, int hd, const AttentionScratch& s) {
   return c.precision == Precision::kBf16 && s.bf16_dot && attention_dot::Bf16DotFits(hd);
 }
 
-// Segments [seg_begin, seg_end) of one group: per segment, scores of its keys, a softmax within the
-// segment per vector, and the weighted values, into the partials. `queries_rounded`: s.q16 already
-// holds the group's queries in bf16 (a later segment of the same group, for the bf16 pairs).
-template <typename T>
-void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd, int64_t row_begin,
-                 int64_t row_end, int64_t seg_begin, int64_t seg_end, SegmentPartials& part, AttentionScratch& s,
-                 bool queries_rounded = false) {
+// Segments [seg_begin, seg_end) of `span` for the query vectors s.q[0 .. vectors), vector v seeing the
+// keys visible(v, a, e) = {lo, hi} of a segment's [a, e): per segment, scores of its keys, a softmax
+// within the segment per vector, and the weighted values, into the partials (vector v's at row v).
+// Keys are read through `c` (its cache before c.pos0, its own rows after). `queries_rounded`: s.q16
+// already holds the queries in bf16 (a later segment of the same group, for the bf16 pairs).
+template <typename T, typename Visible>
+void AttendVectors(const AttentionChunk& c, int kv_head, int hd, int vectors, const KeySpan& span, int64_t seg_begin,
+                   int64_t seg_end, Visible&& visible, SegmentPartials& part, AttentionScratch& s,
+                   bool queries_rounded) {
   const bool dot = Bf16Dot(c, hd, s);
   const int64_t koff = int64_t(kv_head) * hd;
-  const KeySpan span = SpanOf(c, row_begin, row_end);
   Group g;
-  g.vectors = static_cast<int>((row_end - row_begin) * heads);
-  g.first_key = span.first;
-  g.keys = span.last - span.first + 1;
+  g.vectors = vectors;
   g.ld = kKeySegment;
-  s.q.resize(g.vectors);
   s.out.resize(g.vectors);
   s.p.resize(g.vectors);
   g.q = s.q.data();
   g.out = s.out.data();
   g.p = s.p.data();
-  for (int v = 0; v < g.vectors; ++v) {
-    g.q[v] = c.q + (row_begin + v / heads) * c.q_stride + (h0 + v % heads) * hd;
-  }
   s.scores.resize(static_cast<size_t>(g.vectors * g.ld));
   float* scores = s.scores.data();
   if (dot && !queries_rounded) {
@@ -291,8 +286,7 @@ void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd
       });
     }
     for (int v = 0; v < g.vectors; ++v) {
-      const int64_t p = c.pos0 + row_begin + v / heads;
-      const int64_t lo = std::max(a, FirstKey(c, p)), hi = std::min(e - 1, LastKey(c, p));
+      const auto [lo, hi] = visible(v, a, e);
       float* row = scores + v * g.ld + shift;
       const int64_t at = v * part.segments + (seg - part.first);
       if (lo > hi) {  // the vector sees no key here: zero weights, and the combination skips it
@@ -320,6 +314,23 @@ void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd
                   [&](auto values) { WeighBlock(g, values, n, hd, s.avx512); });
     });
   }
+}
+
+// Segments [seg_begin, seg_end) of one group: the rows [row_begin, row_end) of heads [h0, h0 + heads),
+// each seeing its own keys (causal, window, image blocks).
+template <typename T>
+void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd, int64_t row_begin,
+                 int64_t row_end, int64_t seg_begin, int64_t seg_end, SegmentPartials& part, AttentionScratch& s,
+                 bool queries_rounded = false) {
+  const int vectors = static_cast<int>((row_end - row_begin) * heads);
+  s.q.resize(vectors);
+  for (int v = 0; v < vectors; ++v) s.q[v] = c.q + (row_begin + v / heads) * c.q_stride + (h0 + v % heads) * hd;
+  auto visible = [&](int v, int64_t a, int64_t e) {
+    const int64_t p = c.pos0 + row_begin + v / heads;
+    return std::pair<int64_t, int64_t>{std::max(a, FirstKey(c, p)), std::min(e - 1, LastKey(c, p))};
+  };
+  AttendVectors<T>(c, kv_head, hd, vectors, SpanOf(c, row_begin, row_end), seg_begin, seg_end, visible, part, s,
+                   queries_rounded);
 }
 
 // Folds a segment's partial (at `at` in part) into one vector's running result: `out` holds
@@ -426,13 +437,39 @@ void AttendSegments(const AttentionChunk& c, int head_begin, int head_end, int k
   }
 }
 
+void AttendSharedSegments(absl::Span<const AttentionChunk* const> chunks, int head_begin, int head_end, int kv_head,
+                          int head_dim, int64_t seg_begin, int64_t seg_end, SegmentPartials& partials,
+                          AttentionScratch& scratch) {
+  scratch.q.clear();
+  for (const AttentionChunk* c : chunks) {
+    for (int64_t r = 0; r < c->n; ++r) {
+      for (int h = head_begin; h < head_end; ++h) scratch.q.push_back(c->q + r * c->q_stride + int64_t{h} * head_dim);
+    }
+  }
+  const int vectors = static_cast<int>(scratch.q.size());
+  const KeySpan span{0, seg_end * kKeySegment - 1, 0};
+  auto every_key = [](int, int64_t a, int64_t e) { return std::pair<int64_t, int64_t>{a, e - 1}; };
+  const AttentionChunk& c = *chunks[0];  // the keys' rows are the same memory in every chunk's cache
+  if (c.precision == Precision::kFp32) {
+    AttendVectors<float>(c, kv_head, head_dim, vectors, span, seg_begin, seg_end, every_key, partials, scratch, false);
+  } else {
+    AttendVectors<uint16_t>(c, kv_head, head_dim, vectors, span, seg_begin, seg_end, every_key, partials, scratch,
+                            false);
+  }
+}
+
 void CombineSegments(const AttentionChunk& c, int head_begin, int head_end, int head_dim, int64_t row_begin,
-                     int64_t row_end, const SegmentPartials& partials) {
+                     int64_t row_end, const SegmentPartials& partials, const SegmentPartials* shared,
+                     int64_t shared_offset) {
   const int heads = head_end - head_begin;
   for (int64_t v = 0; v < (row_end - row_begin) * heads; ++v) {
     float* out = OutputOf(c, head_begin, heads, head_dim, row_begin, v);
     float max = -INFINITY;
     double sum = 0;
+    if (shared != nullptr) {
+      const int64_t sv = shared_offset + v;
+      for (int64_t seg = 0; seg < shared->segments; ++seg) Fold(*shared, sv * shared->segments + seg, out, &max, &sum);
+    }
     for (int64_t seg = 0; seg < partials.segments; ++seg) Fold(partials, v * partials.segments + seg, out, &max, &sum);
     Normalize(out, sum, head_dim);
   }

@@ -105,9 +105,20 @@ void AttendSegments(const AttentionChunk& c, int head_begin, int head_end, int k
                     int64_t row_begin, int64_t row_end, int64_t seg_begin, int64_t seg_end,
                     SegmentPartials& partials, AttentionScratch& scratch);
 
-// Writes the outputs of those rows and heads from all their segments' partials.
+// Segments [seg_begin, seg_end) for the rows of several chunks at once (heads [head_begin, head_end) of
+// kv_head): keys that every one of those rows sees and that are the same memory in all their caches (a
+// prefix their sequences started from: LayerKvCache::SharedPositions), so that they are read once for
+// all. Vectors are the chunks' (row, head) in chunk order, then row-major; the partials hold segments
+// from 0. Each vector's partials are those AttendSegments gives it.
+void AttendSharedSegments(absl::Span<const AttentionChunk* const> chunks, int head_begin, int head_end, int kv_head,
+                          int head_dim, int64_t seg_begin, int64_t seg_end, SegmentPartials& partials,
+                          AttentionScratch& scratch);
+
+// Writes the outputs of those rows and heads from all their segments' partials: where `shared` is given,
+// first its segments (vector shared_offset + v for the chunk's vector v), then those of `partials`.
 void CombineSegments(const AttentionChunk& c, int head_begin, int head_end, int head_dim, int64_t row_begin,
-                     int64_t row_end, const SegmentPartials& partials);
+                     int64_t row_end, const SegmentPartials& partials, const SegmentPartials* shared = nullptr,
+                     int64_t shared_offset = 0);
 
 // Copies the chunk's keys and values into the cache (only those a ring will still hold).
 void StoreChunk(const AttentionChunk& c);

@@ -2,17 +2,80 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 
 namespace layerpipe {
+
+void AttentionRunner::FormCohorts(absl::Span<const AttentionChunk> chunks, int group, int kv_heads, int head_dim,
+                                  std::vector<Member>* members) {
+  cohorts_.clear();
+  int64_t bytes = 0;  // of all the cohorts' partials
+  auto eligible = [&](const AttentionChunk& c) {
+    return c.n > 0 && c.window == 0 && !c.cache->ring() && c.n * group <= kMaxSegmentVectors;
+  };
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const AttentionChunk& lead = chunks[i];
+    if ((*members)[i].cohort >= 0 || !eligible(lead)) continue;
+    Cohort cohort{{&lead}, INT64_MAX, 0};
+    std::vector<size_t> joined = {i};
+    int64_t vectors = lead.n * group;
+    for (size_t j = i + 1; j < chunks.size(); ++j) {
+      const AttentionChunk& c = chunks[j];
+      if ((*members)[j].cohort >= 0 || !eligible(c) || vectors + c.n * group > kMaxSharedVectors) continue;
+      // Keys before both chunks' rows, so that every row of both sees them all.
+      const int64_t shared = std::min({lead.cache->SharedPositions(*c.cache), lead.pos0, c.pos0}) / kKeySegment;
+      if (shared < kMinSharedSegments) continue;
+      cohort.chunks.push_back(&c);
+      cohort.segments = std::min(cohort.segments, shared);
+      joined.push_back(j);
+      vectors += c.n * group;
+    }
+    if (joined.size() < 2) continue;
+    bytes += vectors * kv_heads * cohort.segments * head_dim * static_cast<int64_t>(sizeof(float));
+    if (bytes > kMaxSharedBytes) break;
+    int64_t offset = 0;
+    for (size_t m : joined) {
+      (*members)[m] = {static_cast<int>(cohorts_.size()), offset};
+      offset += chunks[m].n * group;
+    }
+    cohorts_.push_back(std::move(cohort));
+  }
+}
+
+void AttentionRunner::PlanShares(int group, int kv_heads, int head_dim) {
+  for (Cohort& cohort : cohorts_) {
+    int64_t vectors = 0;
+    for (const AttentionChunk* c : cohort.chunks) vectors += c->n * group;
+    cohort.first_share = static_cast<int>(shares_.size());
+    for (int kv = 0; kv < kv_heads; ++kv) {
+      const int share = static_cast<int>(shares_.size());
+      shares_.push_back({static_cast<int>(&cohort - cohorts_.data()), kv * group, (kv + 1) * group});
+      if (share_partials_.size() < shares_.size()) share_partials_.resize(shares_.size());
+      share_partials_[share].Resize(vectors, cohort.segments, head_dim);
+      for (int64_t seg = 0; seg < cohort.segments; ++seg) {
+        tasks_.push_back({-1, kv * group, (kv + 1) * group, 0, 0, -1, seg, seg + 1, share});
+      }
+      segment_tasks_run_ += cohort.segments;
+      shared_tasks_run_ += cohort.segments;
+    }
+  }
+}
 
 void AttentionRunner::Plan(absl::Span<const AttentionChunk> chunks, int heads, int kv_heads, int head_dim,
                            int threads) {
   tasks_.clear();
   splits_.clear();
+  shares_.clear();
   const int group = heads / kv_heads;
+  std::vector<Member> members(chunks.size());
+  FormCohorts(chunks, group, kv_heads, head_dim, &members);
+  PlanShares(group, kv_heads, head_dim);
+  const int64_t shared_tasks = static_cast<int64_t>(tasks_.size());
   auto whole_tasks_of = [&](int64_t rows) {
     int64_t tasks = 0;
-    for (const AttentionChunk& c : chunks) tasks += kv_heads * ((c.n + rows - 1) / rows);
+    for (size_t ci = 0; ci < chunks.size(); ++ci) {
+      if (members[ci].cohort < 0) tasks += kv_heads * ((chunks[ci].n + rows - 1) / rows);
+    }
     return tasks;
   };
   // Long chunks in big row blocks (their groups share packed keys, attention.cc), halved while that
@@ -22,23 +85,30 @@ void AttentionRunner::Plan(absl::Span<const AttentionChunk> chunks, int heads, i
     rows_per_task /= 2;
   }
   const int64_t whole_tasks = whole_tasks_of(rows_per_task);
-  if (whole_tasks == 0) return;  // only empty chunks
-  const bool idle = whole_tasks < threads;
-  const int parts = static_cast<int>(std::clamp<int64_t>((threads + whole_tasks - 1) / whole_tasks, 1, group));
+  const bool idle = whole_tasks + shared_tasks < threads;
+  const int parts =
+      static_cast<int>(std::clamp<int64_t>((threads + whole_tasks - 1) / std::max<int64_t>(whole_tasks, 1), 1, group));
   for (int ci = 0; ci < static_cast<int>(chunks.size()); ++ci) {
     const AttentionChunk& c = chunks[ci];
     if (c.n <= 0) continue;
     const int64_t segments = SegmentCount(c, 0, c.n);
-    const bool by_segments = idle && segments > 1 && c.n * group <= kMaxSegmentVectors;
+    const int co = members[ci].cohort;
+    // A cohort's chunk attends the segments after the shared ones by itself.
+    const int64_t first = co >= 0 ? cohorts_[co].segments : 0;
+    const bool by_segments = co >= 0 || (idle && segments > 1 && c.n * group <= kMaxSegmentVectors);
     for (int kv = 0; kv < kv_heads; ++kv) {
       const int h0 = kv * group;
       if (by_segments) {
         const int split = static_cast<int>(splits_.size());
-        splits_.push_back({ci, h0, h0 + group, c.n});
+        const int share = co >= 0 ? cohorts_[co].first_share + kv : -1;
+        splits_.push_back({ci, h0, h0 + group, c.n, share, members[ci].offset});
         if (partials_.size() < splits_.size()) partials_.resize(splits_.size());
-        partials_[split].Resize(c.n * group, segments, head_dim);
-        for (int64_t seg = 0; seg < segments; ++seg) tasks_.push_back({ci, h0, h0 + group, 0, c.n, split, seg, seg + 1});
-        segment_tasks_run_ += segments;
+        partials_[split].Resize(c.n * group, segments - first, head_dim);
+        partials_[split].first = first;
+        for (int64_t seg = first; seg < segments; ++seg) {
+          tasks_.push_back({ci, h0, h0 + group, 0, c.n, split, seg, seg + 1});
+        }
+        segment_tasks_run_ += segments - first;
         continue;
       }
       for (int part = 0; part < parts; ++part) {
@@ -68,6 +138,13 @@ void AttentionRunner::Run(absl::Span<const AttentionChunk> chunks, int heads, in
     scratch.bf16_dot = pairs;
     for (int64_t t; (t = next_task.fetch_add(1, std::memory_order_relaxed)) < static_cast<int64_t>(tasks_.size());) {
       const Task& task = tasks_[t];
+      if (task.shared >= 0) {
+        const Share& share = shares_[task.shared];
+        AttendSharedSegments(cohorts_[share.cohort].chunks, share.head_begin, share.head_end,
+                             share.head_begin / group, head_dim, task.seg_begin, task.seg_end,
+                             share_partials_[task.shared], scratch);
+        continue;
+      }
       const AttentionChunk& c = chunks[task.chunk];
       if (task.split < 0) {
         AttendHeads(c, task.head_begin, task.head_end, task.head_begin / group, head_dim, task.row_begin,
@@ -78,10 +155,14 @@ void AttentionRunner::Run(absl::Span<const AttentionChunk> chunks, int heads, in
       }
     }
   });
-  for (size_t i = 0; i < splits_.size(); ++i) {
-    const Split& s = splits_[i];
-    CombineSegments(chunks[s.chunk], s.head_begin, s.head_end, head_dim, 0, s.rows, partials_[i]);
-  }
+  // Each split writes its own rows' outputs: the threads may take them in any order.
+  pool.ParallelFor(static_cast<int64_t>(splits_.size()), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const Split& s = splits_[i];
+      CombineSegments(chunks[s.chunk], s.head_begin, s.head_end, head_dim, 0, s.rows, partials_[i],
+                      s.shared >= 0 ? &share_partials_[s.shared] : nullptr, s.shared_offset);
+    }
+  });
   for (const AttentionChunk& c : chunks) StoreChunk(c);
 }
 

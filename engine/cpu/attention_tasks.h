@@ -2,7 +2,10 @@
 // one (a causal prefill's last rows see many more keys than its first): a GQA group and a block of
 // query rows each; when that leaves threads idle, groups are split by heads, or, for the few rows of
 // decode over a long context, by key segments (flash-decoding), whose partial results are combined
-// afterwards. No split changes a bit of the results (attention.h).
+// afterwards. Decode steps of sequences that started from one cached prefix (many questions about one
+// long document) read that prefix's keys once for all of them: its segments are attended for their
+// vectors together, each sequence's own keys after it apart. No split changes a bit of the results
+// (attention.h).
 #ifndef LAYERPIPE_ENGINE_CPU_ATTENTION_TASKS_H_
 #define LAYERPIPE_ENGINE_CPU_ATTENTION_TASKS_H_
 
@@ -32,8 +35,19 @@ class AttentionRunner {
   static bool Bf16Pairs(Precision precision, int heads, int kv_heads);
   static constexpr int kMinBf16PairsGroup = 2;
 
-  // Tasks run so far that took key segments (flash-decoding), for tests and benchmarks.
+  // Tasks run so far that took key segments (flash-decoding), and of those the ones that took a
+  // shared prefix's segments for several sequences at once: for tests and benchmarks.
   int64_t segment_tasks_run() const { return segment_tasks_run_; }
+  int64_t shared_tasks_run() const { return shared_tasks_run_; }
+
+  // Shared prefixes: chunks of at most kMaxSegmentVectors vectors a KV head (decode steps) join a group
+  // of at most kMaxSharedVectors vectors over the whole segments their caches share, at least
+  // kMinSharedSegments of them. The groups' partial results (vectors x segments x head_dim floats: 8 MiB
+  // for 64 vectors of a 512-wide head at 32768 context) stay within kMaxSharedBytes a call; chunks past
+  // it attend their keys alone.
+  static constexpr int kMaxSharedVectors = 64;
+  static constexpr int64_t kMinSharedSegments = 2;
+  static constexpr int64_t kMaxSharedBytes = int64_t{64} << 20;
 
   // Query rows per task: as many as leave kTasksPerThread tasks a thread, within these bounds.
   static constexpr int64_t kMaxRowsPerTask = 64;
@@ -44,19 +58,48 @@ class AttentionRunner {
   struct Task {
     int chunk, head_begin, head_end;
     int64_t row_begin, row_end;
-    int split;  // -1: the whole key range; else splits_[split], segments [seg_begin, seg_end)
+    // -1: the whole key range; else splits_[split] (or, with `shared`, shares_[shared]), segments
+    // [seg_begin, seg_end)
+    int split;
     int64_t seg_begin, seg_end;
+    int shared = -1;
   };
   struct Split {
     int chunk, head_begin, head_end;
     int64_t rows;
+    int shared = -1;  // shares_[shared] holds the segments before this split's, at shared_offset
+    int64_t shared_offset = 0;
+  };
+  // Chunks whose caches hold their first `segments` key segments in the same memory; shares_[first_share
+  // + kv] attends them for KV head kv.
+  struct Cohort {
+    std::vector<const AttentionChunk*> chunks;
+    int64_t segments;
+    int first_share;
+  };
+  struct Share {
+    int cohort, head_begin, head_end;
+  };
+  // A chunk's cohort (-1: none) and its first vector's place among the cohort's vectors.
+  struct Member {
+    int cohort = -1;
+    int64_t offset = 0;
   };
   void Plan(absl::Span<const AttentionChunk> chunks, int heads, int kv_heads, int head_dim, int threads);
+  // Fills cohorts_ and (*members)[i] for the chunks that join one.
+  void FormCohorts(absl::Span<const AttentionChunk> chunks, int group, int kv_heads, int head_dim,
+                   std::vector<Member>* members);
+  // A share and its segment tasks for each cohort and KV head.
+  void PlanShares(int group, int kv_heads, int head_dim);
 
   std::vector<Task> tasks_;
   std::vector<Split> splits_;
   std::vector<SegmentPartials> partials_;  // one per split, reused across calls
+  std::vector<Cohort> cohorts_;
+  std::vector<Share> shares_;
+  std::vector<SegmentPartials> share_partials_;  // one per share, reused across calls
   int64_t segment_tasks_run_ = 0;
+  int64_t shared_tasks_run_ = 0;
 };
 
 }  // namespace layerpipe

@@ -42,6 +42,13 @@ LayerKvCache LayerKvCache::Frozen(int64_t length) const {
   return out;
 }
 
+int64_t LayerKvCache::SharedPositions(const LayerKvCache& other) const {
+  if (ring_ || other.ring_) return 0;
+  size_t pages = 0;
+  while (pages < std::min(blocks_.size(), other.blocks_.size()) && blocks_[pages] == other.blocks_[pages]) ++pages;
+  return static_cast<int64_t>(pages) * kv::kPageTokens;
+}
+
 uint8_t* LayerKvCache::Row(int64_t pos, int which) {
   const kv::Slot s = kv::SlotOf(pos, ring_, window_);
   return blocks_[s.block].get() + static_cast<size_t>(kv::RowOffset(s.slot, which, width_, ring_, window_)) * elem_;

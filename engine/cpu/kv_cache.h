@@ -38,6 +38,10 @@ class LayerKvCache {
   // it: what it writes into is its own.
   LayerKvCache Frozen(int64_t length) const;
 
+  // Positions [0, n) that this cache and `other` hold in the same memory: the whole pages both took
+  // from one snapshot (Frozen). Always 0 for a ring, which every sequence copies.
+  int64_t SharedPositions(const LayerKvCache& other) const;
+
  private:
   uint8_t* Row(int64_t pos, int which);
   size_t block_bytes() const;

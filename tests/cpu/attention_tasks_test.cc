@@ -118,6 +118,91 @@ TEST(AttentionRunnerTest, AShortChunkOverALongContextSplitsItsKeys) {
   }
 }
 
+// Sequences that started from one prefix (the prefix cache's forks: whole pages shared) decode in one
+// batch beside one that did not: the prefix's segments are attended once for the forks' vectors together
+// (per KV head), the rest apart, and every sequence gets the bits it gets alone.
+TEST(AttentionRunnerTest, ForksOfOnePrefixAttendItTogetherWithTheBitsEachGetsAlone) {
+  const Layout layouts[] = {{16, 1, 64, 0}, {8, 2, 32, 0}};
+  const int64_t prefix = 1300;  // 5 whole pages below the cut: 2 key segments shared
+  constexpr int kSequences = 4, kSteps = 3;  // the last one has a prefix of its own
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    for (const Layout& l : layouts) {
+      SCOPED_TRACE(testing::Message() << "heads " << l.heads << " kv heads " << l.kv_heads);
+      const int64_t qw = l.heads * l.hd, kw = l.kv_heads * l.hd;
+      std::mt19937 rng(3);
+      std::normal_distribution<float> d(0.0f, 0.7f);
+      auto random_rows = [&](int64_t n, int64_t width, bool round) {
+        std::vector<float> x(n * width);
+        for (float& v : x) v = round ? Bf16ToF32(F32ToBf16(d(rng))) : d(rng);
+        return x;
+      };
+      auto fill = [&](LayerKvCache& cache) {
+        cache.Reserve(prefix);
+        for (int64_t p = 0; p < prefix; ++p) {
+          const std::vector<float> k = random_rows(1, kw, true), v = random_rows(1, kw, true);
+          if (precision == Precision::kFp32) {
+            std::memcpy(cache.K<float>(p), k.data(), kw * sizeof(float));
+            std::memcpy(cache.V<float>(p), v.data(), kw * sizeof(float));
+          } else {
+            F32ToBf16Row(k.data(), cache.K<uint16_t>(p), kw);
+            F32ToBf16Row(v.data(), cache.V<uint16_t>(p), kw);
+          }
+        }
+      };
+      LayerKvCache root(false, 0, kw, precision), other(false, 0, kw, precision);
+      fill(root);
+      fill(other);
+      struct Step {
+        std::vector<float> q, k, v;
+      };
+      std::vector<std::vector<Step>> steps(kSequences);
+      for (auto& seq : steps) {
+        for (int t = 0; t < kSteps; ++t) {
+          seq.push_back({random_rows(1, qw, false), random_rows(1, kw, true), random_rows(1, kw, true)});
+        }
+      }
+      auto start = [&](int s) { return s + 1 < kSequences ? root.Frozen(prefix) : other.Frozen(prefix); };
+      ThreadPool pool(3);
+      // outputs[s][t]: sequence s's step t, alone (one sequence a Run) or together (all of them).
+      auto decode = [&](bool together, int64_t* shared_tasks) {
+        std::vector<LayerKvCache> caches;
+        for (int s = 0; s < kSequences; ++s) caches.push_back(start(s));
+        std::vector<std::vector<std::vector<float>>> out(kSequences, std::vector<std::vector<float>>(kSteps));
+        AttentionRunner runner;
+        for (int t = 0; t < kSteps; ++t) {
+          std::vector<AttentionChunk> chunks;
+          for (int s = 0; s < kSequences; ++s) {
+            Step& st = steps[s][t];
+            out[s][t].assign(qw, NAN);
+            chunks.push_back({&caches[s], precision, prefix + t, 1, 0, st.q.data(), qw, st.k.data(), st.v.data(), kw,
+                              out[s][t].data(), qw});
+          }
+          if (together) {
+            runner.Run(chunks, l.heads, l.kv_heads, l.hd, pool);
+          } else {
+            for (const AttentionChunk& c : chunks) runner.Run({c}, l.heads, l.kv_heads, l.hd, pool);
+          }
+        }
+        *shared_tasks = runner.shared_tasks_run();
+        return out;
+      };
+      int64_t shared_alone = 0, shared_together = 0;
+      const auto alone = decode(false, &shared_alone);
+      const auto together = decode(true, &shared_together);
+      EXPECT_EQ(shared_alone, 0);
+      // The three forks' 2 shared segments, per KV head and step.
+      EXPECT_EQ(shared_together, 2 * l.kv_heads * kSteps);
+      for (int s = 0; s < kSequences; ++s) {
+        for (int t = 0; t < kSteps; ++t) {
+          for (float x : together[s][t]) ASSERT_TRUE(std::isfinite(x));
+          EXPECT_EQ(std::memcmp(together[s][t].data(), alone[s][t].data(), sizeof(float) * qw), 0)
+              << "sequence " << s << " step " << t;
+        }
+      }
+    }
+  }
+}
+
 // The runner multiplies bf16 pairs exactly in the layers Bf16Pairs names (GQA groups, where the CPU
 // runs the matmuls on vdpbf16ps): its results are those of the products it chose, not the others'.
 TEST(AttentionRunnerTest, GqaGroupsMultiplyBf16PairsWhereTheCpuRunsThem) {

@@ -88,6 +88,44 @@ TEST_P(PrefixSnapshotTest, ForksEqualSequencesThatRanThePrefix) {
   }
 }
 
+// Forks of one long prefix decoding in one batch (many questions about one document) attend the prefix's
+// keys together on the full-attention layer (AttentionRunner's shared segments); each gets the bits it
+// gets decoding alone.
+TEST_P(PrefixSnapshotTest, ForksDecodingTogetherEqualEachAlone) {
+  auto e = Load(512);
+  const int cut = 1100;  // 4 whole pages: 2 key segments shared
+  auto origin = e->NewSequence();
+  Last(*e, origin.get(), Concat({2}, RandomIds(cut - 1, 11)));
+  auto snap = origin->Snapshot();
+  constexpr int kForks = 3, kSteps = 4;
+  auto token = [](int fork, int step) { return RandomIds(1, 100 * fork + step + 1)[0]; };
+  std::vector<std::vector<std::vector<float>>> alone(kForks);
+  for (int f = 0; f < kForks; ++f) {
+    auto kv = e->NewSequenceFrom(*snap);
+    ASSERT_TRUE(kv.ok());
+    for (int t = 0; t < kSteps; ++t) alone[f].push_back(Last(*e, kv->get(), {token(f, t)}));
+  }
+  std::vector<std::unique_ptr<SequenceState>> kvs;
+  for (int f = 0; f < kForks; ++f) {
+    auto kv = e->NewSequenceFrom(*snap);
+    ASSERT_TRUE(kv.ok());
+    kvs.push_back(std::move(*kv));
+  }
+  for (int t = 0; t < kSteps; ++t) {
+    std::vector<std::vector<int32_t>> ids;
+    for (int f = 0; f < kForks; ++f) ids.push_back({token(f, t)});
+    std::vector<StepInput> batch;
+    for (int f = 0; f < kForks; ++f) batch.push_back(StepInput{kvs[f].get(), ids[f]});
+    auto out = e->Step(batch);
+    ASSERT_TRUE(out.ok()) << out.status();
+    for (int f = 0; f < kForks; ++f) {
+      ASSERT_EQ((*out)[f].size(), alone[f][t].size());
+      EXPECT_EQ(std::memcmp((*out)[f].data(), alone[f][t].data(), alone[f][t].size() * sizeof(float)), 0)
+          << "fork " << f << " step " << t;
+    }
+  }
+}
+
 // Whole pages are shared, not copied: below the last whole page a fork reads the origin's very rows; the
 // partly filled page and the rings are its own.
 TEST_P(PrefixSnapshotTest, WholePagesAreSharedByReference) {
