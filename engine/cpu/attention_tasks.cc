@@ -32,7 +32,7 @@ void AttentionRunner::FormCohorts(absl::Span<const AttentionChunk> chunks, int g
     }
     if (joined.size() < 2) continue;
     bytes += vectors * kv_heads * cohort.segments * head_dim * static_cast<int64_t>(sizeof(float));
-    if (bytes > kMaxSharedBytes) break;
+    if (bytes > max_shared_bytes_) break;
     int64_t offset = 0;
     for (size_t m : joined) {
       (*members)[m] = {static_cast<int>(cohorts_.size()), offset};

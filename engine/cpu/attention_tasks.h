@@ -20,6 +20,9 @@ namespace layerpipe {
 
 class AttentionRunner {
  public:
+  // max_shared_bytes: the most the shared prefixes' partial results may take a call (see below).
+  explicit AttentionRunner(int64_t max_shared_bytes = kMaxSharedBytes) : max_shared_bytes_(max_shared_bytes) {}
+
   // Attends all heads and rows of every chunk (heads query heads over kv_heads KV heads of head_dim),
   // then stores the chunks' keys and values in their caches.
   void Run(absl::Span<const AttentionChunk> chunks, int heads, int kv_heads, int head_dim, ThreadPool& pool);
@@ -43,8 +46,8 @@ class AttentionRunner {
   // Shared prefixes: chunks of at most kMaxSegmentVectors vectors a KV head (decode steps) join a group
   // of at most kMaxSharedVectors vectors over the whole segments their caches share, at least
   // kMinSharedSegments of them. The groups' partial results (vectors x segments x head_dim floats: 8 MiB
-  // for 64 vectors of a 512-wide head at 32768 context) stay within kMaxSharedBytes a call; chunks past
-  // it attend their keys alone.
+  // for 64 vectors of a 512-wide head at 32768 context) stay within kMaxSharedBytes a call (by default);
+  // chunks past it attend their keys alone.
   static constexpr int kMaxSharedVectors = 64;
   static constexpr int64_t kMinSharedSegments = 2;
   static constexpr int64_t kMaxSharedBytes = int64_t{64} << 20;
@@ -100,6 +103,7 @@ class AttentionRunner {
   std::vector<SegmentPartials> share_partials_;  // one per share, reused across calls
   int64_t segment_tasks_run_ = 0;
   int64_t shared_tasks_run_ = 0;
+  int64_t max_shared_bytes_;
 };
 
 }  // namespace layerpipe

@@ -164,11 +164,11 @@ TEST(AttentionRunnerTest, ForksOfOnePrefixAttendItTogetherWithTheBitsEachGetsAlo
       auto start = [&](int s) { return s + 1 < kSequences ? root.Frozen(prefix) : other.Frozen(prefix); };
       ThreadPool pool(3);
       // outputs[s][t]: sequence s's step t, alone (one sequence a Run) or together (all of them).
-      auto decode = [&](bool together, int64_t* shared_tasks) {
+      auto decode = [&](bool together, int64_t* shared_tasks, int64_t max_shared_bytes) {
         std::vector<LayerKvCache> caches;
         for (int s = 0; s < kSequences; ++s) caches.push_back(start(s));
         std::vector<std::vector<std::vector<float>>> out(kSequences, std::vector<std::vector<float>>(kSteps));
-        AttentionRunner runner;
+        AttentionRunner runner(max_shared_bytes);
         for (int t = 0; t < kSteps; ++t) {
           std::vector<AttentionChunk> chunks;
           for (int s = 0; s < kSequences; ++s) {
@@ -186,16 +186,21 @@ TEST(AttentionRunnerTest, ForksOfOnePrefixAttendItTogetherWithTheBitsEachGetsAlo
         *shared_tasks = runner.shared_tasks_run();
         return out;
       };
-      int64_t shared_alone = 0, shared_together = 0;
-      const auto alone = decode(false, &shared_alone);
-      const auto together = decode(true, &shared_together);
+      int64_t shared_alone = 0, shared_together = 0, shared_over_budget = 0;
+      const auto alone = decode(false, &shared_alone, AttentionRunner::kMaxSharedBytes);
+      const auto together = decode(true, &shared_together, AttentionRunner::kMaxSharedBytes);
+      // Partials of 3 x heads vectors x 2 segments x hd floats do not fit in 1 KiB: each attends alone.
+      const auto over_budget = decode(true, &shared_over_budget, 1024);
       EXPECT_EQ(shared_alone, 0);
       // The three forks' 2 shared segments, per KV head and step.
       EXPECT_EQ(shared_together, 2 * l.kv_heads * kSteps);
+      EXPECT_EQ(shared_over_budget, 0);
       for (int s = 0; s < kSequences; ++s) {
         for (int t = 0; t < kSteps; ++t) {
           for (float x : together[s][t]) ASSERT_TRUE(std::isfinite(x));
           EXPECT_EQ(std::memcmp(together[s][t].data(), alone[s][t].data(), sizeof(float) * qw), 0)
+              << "sequence " << s << " step " << t;
+          EXPECT_EQ(std::memcmp(over_budget[s][t].data(), alone[s][t].data(), sizeof(float) * qw), 0)
               << "sequence " << s << " step " << t;
         }
       }
