@@ -120,11 +120,14 @@ TEST(AttentionRunnerTest, AShortChunkOverALongContextSplitsItsKeys) {
 
 // Sequences that started from one prefix (the prefix cache's forks: whole pages shared) decode in one
 // batch beside one that did not: the prefix's segments are attended once for the forks' vectors together
-// (per KV head), the rest apart, and every sequence gets the bits it gets alone.
+// (per KV head, in groups of at most kMaxSharedVectors), the rest apart, and every sequence gets the bits
+// it gets alone.
 TEST(AttentionRunnerTest, ForksOfOnePrefixAttendItTogetherWithTheBitsEachGetsAlone) {
   const Layout layouts[] = {{16, 1, 64, 0}, {8, 2, 32, 0}};
   const int64_t prefix = 1300;  // 5 whole pages below the cut: 2 key segments shared
-  constexpr int kSequences = 4, kSteps = 3;  // the last one has a prefix of its own
+  // 11 forks (a group of 8 and one of 3 with the global layout's 16 heads a KV head, one group with the
+  // other's 4), and a sequence with a prefix of its own.
+  constexpr int kSequences = 12, kSteps = 3;
   for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
     for (const Layout& l : layouts) {
       SCOPED_TRACE(testing::Message() << "heads " << l.heads << " kv heads " << l.kv_heads);
@@ -189,11 +192,14 @@ TEST(AttentionRunnerTest, ForksOfOnePrefixAttendItTogetherWithTheBitsEachGetsAlo
       int64_t shared_alone = 0, shared_together = 0, shared_over_budget = 0;
       const auto alone = decode(false, &shared_alone, AttentionRunner::kMaxSharedBytes);
       const auto together = decode(true, &shared_together, AttentionRunner::kMaxSharedBytes);
-      // Partials of 3 x heads vectors x 2 segments x hd floats do not fit in 1 KiB: each attends alone.
+      // Partials of 2 forks' vectors x 2 segments x hd floats do not fit in 1 KiB: each attends alone.
       const auto over_budget = decode(true, &shared_over_budget, 1024);
       EXPECT_EQ(shared_alone, 0);
-      // The three forks' 2 shared segments, per KV head and step.
-      EXPECT_EQ(shared_together, 2 * l.kv_heads * kSteps);
+      // The groups' 2 shared segments, per KV head and step.
+      const int forks = kSequences - 1, group = l.heads / l.kv_heads;
+      const int per_group = AttentionRunner::kMaxSharedVectors / group;
+      const int groups = forks / per_group + (forks % per_group >= 2 ? 1 : 0);
+      EXPECT_EQ(shared_together, groups * 2 * l.kv_heads * kSteps);
       EXPECT_EQ(shared_over_budget, 0);
       for (int s = 0; s < kSequences; ++s) {
         for (int t = 0; t < kSteps; ++t) {
