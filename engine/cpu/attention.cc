@@ -415,26 +415,34 @@ int64_t SegmentCount(const AttentionChunk& c, int64_t row_begin, int64_t row_end
   return span.last / kKeySegment - span.first_segment + 1;
 }
 
+namespace {
+
+// fn(T{}) with T the cache's element type: float for an fp32 cache, uint16_t (bf16 bits) otherwise.
+template <typename Fn>
+void WithCacheType(Precision precision, Fn&& fn) {
+  if (precision == Precision::kFp32) {
+    fn(float{});
+  } else {
+    fn(uint16_t{});
+  }
+}
+
+}  // namespace
+
 void AttendHeads(const AttentionChunk& c, int head_begin, int head_end, int kv_head, int head_dim,
                  int64_t row_begin, int64_t row_end, AttentionScratch& scratch) {
-  if (c.precision == Precision::kFp32) {
-    AttendRows<float>(c, head_begin, head_end, kv_head, head_dim, row_begin, row_end, scratch);
-  } else {
-    AttendRows<uint16_t>(c, head_begin, head_end, kv_head, head_dim, row_begin, row_end, scratch);
-  }
+  WithCacheType(c.precision, [&](auto t) {
+    AttendRows<decltype(t)>(c, head_begin, head_end, kv_head, head_dim, row_begin, row_end, scratch);
+  });
 }
 
 void AttendSegments(const AttentionChunk& c, int head_begin, int head_end, int kv_head, int head_dim,
                     int64_t row_begin, int64_t row_end, int64_t seg_begin, int64_t seg_end,
                     SegmentPartials& partials, AttentionScratch& scratch) {
-  const int heads = head_end - head_begin;
-  if (c.precision == Precision::kFp32) {
-    AttendGroup<float>(c, head_begin, heads, kv_head, head_dim, row_begin, row_end, seg_begin, seg_end, partials,
-                       scratch);
-  } else {
-    AttendGroup<uint16_t>(c, head_begin, heads, kv_head, head_dim, row_begin, row_end, seg_begin, seg_end,
-                          partials, scratch);
-  }
+  WithCacheType(c.precision, [&](auto t) {
+    AttendGroup<decltype(t)>(c, head_begin, head_end - head_begin, kv_head, head_dim, row_begin, row_end, seg_begin,
+                             seg_end, partials, scratch);
+  });
 }
 
 void AttendSharedSegments(absl::Span<const AttentionChunk* const> chunks, int head_begin, int head_end, int kv_head,
@@ -450,12 +458,10 @@ void AttendSharedSegments(absl::Span<const AttentionChunk* const> chunks, int he
   const KeySpan span{0, seg_end * kKeySegment - 1, 0};
   auto every_key = [](int, int64_t a, int64_t e) { return std::pair<int64_t, int64_t>{a, e - 1}; };
   const AttentionChunk& c = *chunks[0];  // the keys' rows are the same memory in every chunk's cache
-  if (c.precision == Precision::kFp32) {
-    AttendVectors<float>(c, kv_head, head_dim, vectors, span, seg_begin, seg_end, every_key, partials, scratch, false);
-  } else {
-    AttendVectors<uint16_t>(c, kv_head, head_dim, vectors, span, seg_begin, seg_end, every_key, partials, scratch,
-                            false);
-  }
+  WithCacheType(c.precision, [&](auto t) {
+    AttendVectors<decltype(t)>(c, kv_head, head_dim, vectors, span, seg_begin, seg_end, every_key, partials, scratch,
+                               /*queries_rounded=*/false);
+  });
 }
 
 void CombineSegments(const AttentionChunk& c, int head_begin, int head_end, int head_dim, int64_t row_begin,

@@ -29,6 +29,11 @@ namespace layerpipe::attention_dot {
 namespace {
 
 constexpr int kLanes = 16;
+
+// A mask of the first n lanes of 16 (n in [0, 16] or more).
+LP_BF16_DOT inline __mmask16 FirstLanes(int64_t n) {
+  return n >= kLanes ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
+}
 // Keys packed together: 64 keys of a 512-wide head are 64 KiB of pairs, in L2 while every vector of
 // the group passes.
 constexpr int64_t kBlock = 64;
@@ -153,8 +158,7 @@ LP_BF16_DOT void ScoreTile(const uint16_t* q16, int64_t q_ld, const uint32_t* pa
   }
 #pragma GCC unroll 8
   for (int g = 0; g < G; ++g) {
-    const int n = std::min(kLanes, keys - g * kLanes);
-    const __mmask16 m = n >= kLanes ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
+    const __mmask16 m = FirstLanes(keys - g * kLanes);
 #pragma GCC unroll 8
     for (int r = 0; r < Q; ++r) _mm512_mask_storeu_ps(scores + r * ld + g * kLanes, m, acc[r][g]);
   }
@@ -200,8 +204,7 @@ LP_BF16_DOT void WeighTile(const uint32_t* p32, int64_t p_ld, const uint32_t* pa
   __m512 acc[Q][V];
 #pragma GCC unroll 8
   for (int c = 0; c < V; ++c) {
-    const int64_t n = std::clamp<int64_t>(hd - (d0 + c * kLanes), 0, kLanes);
-    m[c] = n >= kLanes ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
+    m[c] = FirstLanes(std::max<int64_t>(0, hd - (d0 + c * kLanes)));
   }
 #pragma GCC unroll 8
   for (int r = 0; r < Q; ++r)
@@ -324,7 +327,7 @@ LP_BF16_DOT void ScoreKeysQueryLanes(const Rows& rows, int hd, const uint16_t* q
 #pragma GCC unroll 16
     for (int k = 0; k < kLanes; ++k) t[k] = _mm512_castps_si512(acc[k]);
     Transpose16(t);
-    const __mmask16 m = n >= kLanes ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
+    const __mmask16 m = FirstLanes(n);
     for (int v = 0; v < vectors; ++v) _mm512_mask_storeu_ps(scores + v * ld + (b - a), m, _mm512_castsi512_ps(t[v]));
   }
 }
@@ -336,10 +339,6 @@ LP_BF16_DOT inline __m512 RoundToBf16Lanes(__m512 v) {
   __m512i r = _mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), lsb);
   r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), b, _mm512_set1_epi32(0x00400000));
   return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
-}
-
-LP_BF16_DOT inline __mmask16 FirstLanes(int64_t n) {
-  return n >= kLanes ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ void AttentionRunner::FormCohorts(absl::Span<const AttentionChunk> chunks, int g
   for (size_t i = 0; i < chunks.size(); ++i) {
     const AttentionChunk& lead = chunks[i];
     if ((*members)[i].cohort >= 0 || !eligible(lead)) continue;
-    Cohort cohort{{&lead}, INT64_MAX, 0};
+    Cohort cohort{{&lead}, INT64_MAX};
     std::vector<size_t> joined = {i};
     int64_t vectors = lead.n * group;
     for (size_t j = i + 1; j < chunks.size(); ++j) {
@@ -43,14 +43,13 @@ void AttentionRunner::FormCohorts(absl::Span<const AttentionChunk> chunks, int g
 }
 
 void AttentionRunner::PlanShares(int group, int kv_heads, int head_dim) {
-  for (Cohort& cohort : cohorts_) {
+  if (share_partials_.size() < cohorts_.size() * kv_heads) share_partials_.resize(cohorts_.size() * kv_heads);
+  for (size_t co = 0; co < cohorts_.size(); ++co) {
+    const Cohort& cohort = cohorts_[co];
     int64_t vectors = 0;
     for (const AttentionChunk* c : cohort.chunks) vectors += c->n * group;
-    cohort.first_share = static_cast<int>(shares_.size());
     for (int kv = 0; kv < kv_heads; ++kv) {
-      const int share = static_cast<int>(shares_.size());
-      shares_.push_back({static_cast<int>(&cohort - cohorts_.data()), kv * group, (kv + 1) * group});
-      if (share_partials_.size() < shares_.size()) share_partials_.resize(shares_.size());
+      const int share = static_cast<int>(co) * kv_heads + kv;
       share_partials_[share].Resize(vectors, cohort.segments, head_dim);
       for (int64_t seg = 0; seg < cohort.segments; ++seg) {
         tasks_.push_back({-1, kv * group, (kv + 1) * group, 0, 0, -1, seg, seg + 1, share});
@@ -65,7 +64,6 @@ void AttentionRunner::Plan(absl::Span<const AttentionChunk> chunks, int heads, i
                            int threads) {
   tasks_.clear();
   splits_.clear();
-  shares_.clear();
   const int group = heads / kv_heads;
   std::vector<Member> members(chunks.size());
   FormCohorts(chunks, group, kv_heads, head_dim, &members);
@@ -100,7 +98,7 @@ void AttentionRunner::Plan(absl::Span<const AttentionChunk> chunks, int heads, i
       const int h0 = kv * group;
       if (by_segments) {
         const int split = static_cast<int>(splits_.size());
-        const int share = co >= 0 ? cohorts_[co].first_share + kv : -1;
+        const int share = co >= 0 ? co * kv_heads + kv : -1;
         splits_.push_back({ci, h0, h0 + group, c.n, share, members[ci].offset});
         if (partials_.size() < splits_.size()) partials_.resize(splits_.size());
         partials_[split].Resize(c.n * group, segments - first, head_dim);
@@ -139,9 +137,8 @@ void AttentionRunner::Run(absl::Span<const AttentionChunk> chunks, int heads, in
     for (int64_t t; (t = next_task.fetch_add(1, std::memory_order_relaxed)) < static_cast<int64_t>(tasks_.size());) {
       const Task& task = tasks_[t];
       if (task.shared >= 0) {
-        const Share& share = shares_[task.shared];
-        AttendSharedSegments(cohorts_[share.cohort].chunks, share.head_begin, share.head_end,
-                             share.head_begin / group, head_dim, task.seg_begin, task.seg_end,
+        AttendSharedSegments(cohorts_[task.shared / kv_heads].chunks, task.head_begin, task.head_end,
+                             task.shared % kv_heads, head_dim, task.seg_begin, task.seg_end,
                              share_partials_[task.shared], scratch);
         continue;
       }

@@ -63,7 +63,7 @@ class AttentionRunner {
   struct Task {
     int chunk, head_begin, head_end;
     int64_t row_begin, row_end;
-    // -1: the whole key range; else splits_[split] (or, with `shared`, shares_[shared]), segments
+    // -1: the whole key range; else splits_[split] (or, with `shared`, share `shared`), segments
     // [seg_begin, seg_end)
     int split;
     int64_t seg_begin, seg_end;
@@ -72,18 +72,14 @@ class AttentionRunner {
   struct Split {
     int chunk, head_begin, head_end;
     int64_t rows;
-    int shared = -1;  // shares_[shared] holds the segments before this split's, at shared_offset
+    int shared = -1;  // share `shared` holds the segments before this split's, at shared_offset
     int64_t shared_offset = 0;
   };
-  // Chunks whose caches hold their first `segments` key segments in the same memory; shares_[first_share
-  // + kv] attends them for KV head kv.
+  // Chunks whose caches hold their first `segments` key segments in the same memory. Share
+  // cohort * kv_heads + kv attends them for KV head kv.
   struct Cohort {
     std::vector<const AttentionChunk*> chunks;
     int64_t segments;
-    int first_share;
-  };
-  struct Share {
-    int cohort, head_begin, head_end;
   };
   // A chunk's cohort (-1: none) and its first vector's place among the cohort's vectors.
   struct Member {
@@ -101,7 +97,6 @@ class AttentionRunner {
   std::vector<Split> splits_;
   std::vector<SegmentPartials> partials_;  // one per split, reused across calls
   std::vector<Cohort> cohorts_;
-  std::vector<Share> shares_;
   std::vector<SegmentPartials> share_partials_;  // one per share, reused across calls
   int64_t segment_tasks_run_ = 0;
   int64_t shared_tasks_run_ = 0;

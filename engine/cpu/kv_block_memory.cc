@@ -87,7 +87,8 @@ std::shared_ptr<uint8_t[]> NewKvBlock(size_t bytes) {
   if (stride != 0 && 2 * stride <= kHugePageBytes) return Pool().Take(stride);
   // Its own allocation: 2 MiB aligned and advised from 2 MiB up, 64-byte aligned below (where one slot a
   // chunk would waste more than it saves).
-  return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(AllocateKernelMemory(bytes)), [](uint8_t* p) { std::free(p); });
+  return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(AllocateKernelMemory(bytes)),
+                                    [](uint8_t* p) { std::free(p); });
 }
 
 size_t KvBlockChunks() { return Pool().chunks(); }

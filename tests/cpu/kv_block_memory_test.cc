@@ -20,7 +20,8 @@ uintptr_t Address(const std::shared_ptr<uint8_t[]>& block) { return reinterpret_
 
 // The VmFlags of the mapping that holds `address` ("" if none).
 std::string VmFlagsAt(uintptr_t address) {
-  for (const std::string& line : SmapsFields([=](uintptr_t lo, uintptr_t hi) { return address >= lo && address < hi; })) {
+  auto holds = [=](uintptr_t lo, uintptr_t hi) { return address >= lo && address < hi; };
+  for (const std::string& line : SmapsFields(holds)) {
     if (line.rfind("VmFlags:", 0) == 0) return line.substr(8);
   }
   return "";
