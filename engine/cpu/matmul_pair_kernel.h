@@ -227,8 +227,13 @@ LP_PAIR_TARGET __attribute__((always_inline)) inline void TransposeInline(const 
     for (int64_t pb = p_begin; pb < p_end; pb += kLanes) {
       __m512i r[kLanes];
       LoadPairs16(p, j + v * kLanes * step, std::min<int64_t>(kLanes, cols - v * kLanes), pb, prefetch, r, step);
-      const int64_t count = std::min<int64_t>(kLanes, p_end - pb);
-      for (int64_t q = 0; q < count; ++q) _mm512_store_si512(out + (pb - p_begin + q) * kTileRows + v * kLanes, r[q]);
+      uint32_t* at = out + (pb - p_begin) * kTileRows + v * kLanes;
+      if (p_end - pb >= kLanes) {  // unrolled, so that r stays in registers
+#pragma GCC unroll 16
+        for (int q = 0; q < kLanes; ++q) _mm512_store_si512(at + q * kTileRows, r[q]);
+        continue;
+      }
+      for (int64_t q = 0; q < p_end - pb; ++q) _mm512_store_si512(at + q * kTileRows, r[q]);
     }
   }
 }
