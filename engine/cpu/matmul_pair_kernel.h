@@ -374,8 +374,9 @@ int64_t VectorsFor(int64_t cols) { return (cols + kLanes - 1) / kLanes; }
 // Row-major weights are read 16 rows at a time, not a group of 48 (48 rows advancing 64 bytes at a time
 // are more streams than a core keeps in flight: 16 rows read 10-40 % more GB/s on a 2-core Zen 5 VM),
 // the 16 from 16 parts of the thread's columns, so that each continues where the last tile's ended
-// (ForSegmentedTiles): on a 2-core Zen 5 VM, alternating runs, m = 1 read 5-10 % more GB/s (still only
-// ~50-65 % of a plain read: the transposes), m = 8 22 -> 28-31 GB/s. Tiled weights, a group at a time.
+// (ForSegmentedTiles): on a 2-core Zen 5 VM, alternating runs, m = 1 read 5-10 % more GB/s (then
+// ~50-65 % of a plain read; 82-95 % since the transposes stay in registers), m = 8 22 -> 28-31 GB/s.
+// Tiled weights, a group at a time.
 void StreamColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
   if (!p.w_tiled) {
     ForSegmentedTiles(j_begin, j_end, kLanes, [&p](int64_t j, int64_t step, int64_t cols) {
