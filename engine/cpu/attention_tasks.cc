@@ -6,36 +6,35 @@
 
 namespace layerpipe {
 
-void AttentionRunner::FormCohorts(absl::Span<const AttentionChunk> chunks, int group, int kv_heads, int head_dim,
-                                  std::vector<Member>* members) {
+void AttentionRunner::FormCohorts(absl::Span<const AttentionChunk> chunks, int group, int kv_heads, int head_dim) {
   cohorts_.clear();
+  members_.assign(chunks.size(), Member{});
   int64_t bytes = 0;  // of all the cohorts' partials
   auto eligible = [&](const AttentionChunk& c) {
     return c.n > 0 && c.window == 0 && !c.cache->ring() && c.n * group <= kMaxSegmentVectors;
   };
   for (size_t i = 0; i < chunks.size(); ++i) {
     const AttentionChunk& lead = chunks[i];
-    if ((*members)[i].cohort >= 0 || !eligible(lead)) continue;
-    Cohort cohort{{&lead}, INT64_MAX};
+    if (members_[i].cohort >= 0 || !eligible(lead)) continue;
+    Cohort cohort{{&lead}, INT64_MAX, lead.n * group};
     std::vector<size_t> joined = {i};
-    int64_t vectors = lead.n * group;
     for (size_t j = i + 1; j < chunks.size(); ++j) {
       const AttentionChunk& c = chunks[j];
-      if ((*members)[j].cohort >= 0 || !eligible(c) || vectors + c.n * group > kMaxSharedVectors) continue;
+      if (members_[j].cohort >= 0 || !eligible(c) || cohort.vectors + c.n * group > kMaxSharedVectors) continue;
       // Keys before both chunks' rows, so that every row of both sees them all.
       const int64_t shared = std::min({lead.cache->SharedPositions(*c.cache), lead.pos0, c.pos0}) / kKeySegment;
       if (shared < kMinSharedSegments) continue;
       cohort.chunks.push_back(&c);
       cohort.segments = std::min(cohort.segments, shared);
       joined.push_back(j);
-      vectors += c.n * group;
+      cohort.vectors += c.n * group;
     }
     if (joined.size() < 2) continue;
-    bytes += vectors * kv_heads * cohort.segments * head_dim * static_cast<int64_t>(sizeof(float));
+    bytes += cohort.vectors * kv_heads * cohort.segments * head_dim * static_cast<int64_t>(sizeof(float));
     if (bytes > max_shared_bytes_) break;
     int64_t offset = 0;
     for (size_t m : joined) {
-      (*members)[m] = {static_cast<int>(cohorts_.size()), offset};
+      members_[m] = {static_cast<int>(cohorts_.size()), offset};
       offset += chunks[m].n * group;
     }
     cohorts_.push_back(std::move(cohort));
@@ -46,11 +45,9 @@ void AttentionRunner::PlanShares(int group, int kv_heads, int head_dim) {
   if (share_partials_.size() < cohorts_.size() * kv_heads) share_partials_.resize(cohorts_.size() * kv_heads);
   for (size_t co = 0; co < cohorts_.size(); ++co) {
     const Cohort& cohort = cohorts_[co];
-    int64_t vectors = 0;
-    for (const AttentionChunk* c : cohort.chunks) vectors += c->n * group;
     for (int kv = 0; kv < kv_heads; ++kv) {
       const int share = static_cast<int>(co) * kv_heads + kv;
-      share_partials_[share].Resize(vectors, cohort.segments, head_dim);
+      share_partials_[share].Resize(cohort.vectors, cohort.segments, head_dim);
       for (int64_t seg = 0; seg < cohort.segments; ++seg) {
         tasks_.push_back({-1, kv * group, (kv + 1) * group, 0, 0, -1, seg, seg + 1, share});
       }
@@ -65,14 +62,13 @@ void AttentionRunner::Plan(absl::Span<const AttentionChunk> chunks, int heads, i
   tasks_.clear();
   splits_.clear();
   const int group = heads / kv_heads;
-  std::vector<Member> members(chunks.size());
-  FormCohorts(chunks, group, kv_heads, head_dim, &members);
+  FormCohorts(chunks, group, kv_heads, head_dim);
   PlanShares(group, kv_heads, head_dim);
   const int64_t shared_tasks = static_cast<int64_t>(tasks_.size());
   auto whole_tasks_of = [&](int64_t rows) {
     int64_t tasks = 0;
     for (size_t ci = 0; ci < chunks.size(); ++ci) {
-      if (members[ci].cohort < 0) tasks += kv_heads * ((chunks[ci].n + rows - 1) / rows);
+      if (members_[ci].cohort < 0) tasks += kv_heads * ((chunks[ci].n + rows - 1) / rows);
     }
     return tasks;
   };
@@ -90,7 +86,7 @@ void AttentionRunner::Plan(absl::Span<const AttentionChunk> chunks, int heads, i
     const AttentionChunk& c = chunks[ci];
     if (c.n <= 0) continue;
     const int64_t segments = SegmentCount(c, 0, c.n);
-    const int co = members[ci].cohort;
+    const int co = members_[ci].cohort;
     // A cohort's chunk attends the segments after the shared ones by itself.
     const int64_t first = co >= 0 ? cohorts_[co].segments : 0;
     const bool by_segments = co >= 0 || (idle && segments > 1 && c.n * group <= kMaxSegmentVectors);
@@ -99,7 +95,7 @@ void AttentionRunner::Plan(absl::Span<const AttentionChunk> chunks, int heads, i
       if (by_segments) {
         const int split = static_cast<int>(splits_.size());
         const int share = co >= 0 ? co * kv_heads + kv : -1;
-        splits_.push_back({ci, h0, h0 + group, c.n, share, members[ci].offset});
+        splits_.push_back({ci, h0, h0 + group, c.n, share, members_[ci].offset});
         if (partials_.size() < splits_.size()) partials_.resize(splits_.size());
         partials_[split].Resize(c.n * group, segments - first, head_dim);
         partials_[split].first = first;

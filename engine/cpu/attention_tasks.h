@@ -75,11 +75,12 @@ class AttentionRunner {
     int shared = -1;  // share `shared` holds the segments before this split's, at shared_offset
     int64_t shared_offset = 0;
   };
-  // Chunks whose caches hold their first `segments` key segments in the same memory. Share
-  // cohort * kv_heads + kv attends them for KV head kv.
+  // Chunks whose caches hold their first `segments` key segments in the same memory, with `vectors`
+  // query vectors a KV head in all. Share cohort * kv_heads + kv attends them for KV head kv.
   struct Cohort {
     std::vector<const AttentionChunk*> chunks;
     int64_t segments;
+    int64_t vectors;
   };
   // A chunk's cohort (-1: none) and its first vector's place among the cohort's vectors.
   struct Member {
@@ -87,9 +88,8 @@ class AttentionRunner {
     int64_t offset = 0;
   };
   void Plan(absl::Span<const AttentionChunk> chunks, int heads, int kv_heads, int head_dim, int threads);
-  // Fills cohorts_ and (*members)[i] for the chunks that join one.
-  void FormCohorts(absl::Span<const AttentionChunk> chunks, int group, int kv_heads, int head_dim,
-                   std::vector<Member>* members);
+  // Fills cohorts_, and members_[i] for the chunks that join one.
+  void FormCohorts(absl::Span<const AttentionChunk> chunks, int group, int kv_heads, int head_dim);
   // A share and its segment tasks for each cohort and KV head.
   void PlanShares(int group, int kv_heads, int head_dim);
 
@@ -97,6 +97,7 @@ class AttentionRunner {
   std::vector<Split> splits_;
   std::vector<SegmentPartials> partials_;  // one per split, reused across calls
   std::vector<Cohort> cohorts_;
+  std::vector<Member> members_;  // one per chunk of the call, reused across calls
   std::vector<SegmentPartials> share_partials_;  // one per share, reused across calls
   int64_t segment_tasks_run_ = 0;
   int64_t shared_tasks_run_ = 0;
