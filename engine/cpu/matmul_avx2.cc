@@ -3,18 +3,17 @@
 // registers. Weights are read as pairs of k of 8 weight rows a vector, the order engine/model/
 // tiled_rows.h stores them in (row-major weights are transposed 8 rows x 8 pairs at a time).
 //
-// A group of 48 weight rows is taken a chunk of pairs at a time, and every row tile of x passes over
-// the chunk, the partial sums kept in y between chunks:
-//  - prefill (more than kFewRows rows): the chunk is widened to fp32 once into a block in L2 (value q
-//    of the 48 columns back to back), and tiles of 4 rows x 24 columns (12 accumulators, 3 weight
-//    vectors and a broadcast of the 16 ymm registers) pass over it;
-//  - decode (up to kFewRows rows): tiles of up to 2 rows x the whole group read the pairs in place
-//    (tiled weights; row-major ones are first transposed into a block in L1) and widen them in
-//    registers, so the weights stream once, with no block stored and loaded again; the first tile
-//    over a chunk reads it from memory, and from 5 rows on the others bring the next one into L2
-//    meanwhile (NextChunkWalk). One row goes two whole tiled groups at a time (GroupPair), or on
-//    row-major weights 16 rows at a time transposed in registers (OneRowRowMajor): more streams per
-//    core.
+// A group of 48 weight rows is taken a chunk of pairs at a time, and tiles of up to 2 rows x the whole
+// group pass over the chunk, the partial sums kept in y between chunks. They read the pairs in place
+// (tiled weights; row-major ones are first transposed into a block) and widen them in registers, so
+// the weights are never stored widened and loaded again: the first tile over a chunk reads it from
+// memory, and from 5 rows on the others bring the next one into L2 meanwhile (NextChunkWalk). Widening
+// a pair in every row tile costs two vector ALU operations per four fused multiply-adds; on a 2-core
+// Zen 5 VM (paired calls, weights from DRAM) that beat widening each chunk once into an fp32 block in L2
+// and tiling 4 rows x 24 columns over it at every m: 16-128 rows 64-82 -> 86-91 % of the FMA peak,
+// 256-4096 rows 73-86 -> 78-90 % (the stores and reloads of the widened block were ~10 % of a 64-row
+// call). One row goes two whole tiled groups at a time (GroupPair), or on row-major weights 16 rows at
+// a time transposed in registers (OneRowRowMajor): more streams per core.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -31,18 +30,12 @@ namespace {
 constexpr int kLanes = 8;
 constexpr int kGroupVectors = kTileRows / kLanes;
 static_assert(kTileRows % kLanes == 0, "a tiled group is whole vectors");
-// Register tile: kRows rows x kTileVectors vectors (a half group).
-constexpr int kRows = 4;
-constexpr int kTileVectors = 3;
-constexpr int64_t kTileCols = kTileVectors * kLanes;
-static_assert(kTileRows == 2 * kTileCols);
-// Pairs of k per chunk: prefill, 512 (a 192 KiB block in L2, reused by every row tile); decode on tiled
-// weights, 1024 (192 KiB read in place, in L2 for the row tiles after the first); decode on row-major
-// weights, 64 (the transposed 12 KiB block in L1).
+// Pairs of k per chunk: 1024 (192 KiB, in L2 for the row tiles after the first), but for up to
+// kFewRows rows on row-major weights 64 (the transposed 12 KiB block in L1, rewritten often enough
+// that it stays there; from 9 rows on a block of 1024 pairs ran 1-3 % faster than one of 64).
 constexpr int64_t kFewRows = 8;
-constexpr int64_t kChunkPairs = 512;
-constexpr int64_t kInPlaceChunkPairs = 1024;
-constexpr int64_t kTransposedChunkPairs = 64;
+constexpr int64_t kChunkPairs = 1024;
+constexpr int64_t kFewRowsTransposedChunkPairs = 64;
 // Rows of x per pass over all column groups (each group reads them again, from L3 while they fit;
 // each pass streams all the weights again): at most kPassRows rows and kPassBytes of x.
 constexpr int64_t kPassBytes = int64_t{8} << 20;
@@ -64,10 +57,6 @@ inline __m256 EvenValues(__m256i pairs) { return _mm256_castsi256_ps(_mm256_slli
 inline __m256 OddValues(__m256i pairs) {
   return _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
 }
-inline void StoreWidened(__m256i pairs, float* even, float* odd) {
-  _mm256_store_ps(even, EvenValues(pairs));
-  _mm256_store_ps(odd, OddValues(pairs));
-}
 // acc + x[0] * value 2p + x[1] * value 2p + 1 of 8 columns' pairs, in that order.
 inline __m256 AddPairProducts(__m256 acc, const float* x, __m256i pairs) {
   acc = _mm256_fmadd_ps(_mm256_broadcast_ss(x), EvenValues(pairs), acc);
@@ -81,29 +70,6 @@ __attribute__((always_inline)) inline void PrefetchAhead(const uint32_t* pair) {
 #pragma GCC unroll 3
   for (int line = 0; line < 3; ++line) {
     _mm_prefetch(reinterpret_cast<const char*>(pair) + kTiledAheadBytes + 64 * line, _MM_HINT_T0);
-  }
-}
-
-// Block of pairs [p0, p1) of columns [j, j + cols) (within one group) of tiled weights: value
-// 2(p - p0) + e of column c at out[(2(p - p0) + e) * kTileRows + c]; columns past cols are zero.
-void PackTiled(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, float* out) {
-  int64_t g = 0;
-  const uint32_t* src = TiledPairs(p, j, p0, &g);
-  const int vectors = static_cast<int>((cols + kLanes - 1) / kLanes);
-  const bool ragged = cols % kLanes != 0;
-  const __m256i last = LaneMask(cols - (vectors - 1) * kLanes);
-  for (int64_t q = p0; q < p1; ++q, src += g, out += 2 * kTileRows) {
-    PrefetchAhead(src);
-    for (int v = 0; v < vectors; ++v) {
-      const int* at = reinterpret_cast<const int*>(src + v * kLanes);
-      const __m256i pairs = ragged && v == vectors - 1 ? _mm256_maskload_epi32(at, last)
-                                                        : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
-      StoreWidened(pairs, out + v * kLanes, out + kTileRows + v * kLanes);
-    }
-    for (int v = vectors; v < kGroupVectors; ++v) {
-      _mm256_store_ps(out + v * kLanes, _mm256_setzero_ps());
-      _mm256_store_ps(out + kTileRows + v * kLanes, _mm256_setzero_ps());
-    }
   }
 }
 
@@ -161,35 +127,21 @@ __attribute__((always_inline)) inline void LoadPairs8(const PairProblem& p, int6
   Transpose8(r);
 }
 
-// Row-major weight rows [j, j + cols) over pairs [p0, p1), 8 rows x 8 pairs at a time, as `store`(q,
-// v, pairs) takes them: pair q - p0 of the rows in vector v.
-template <typename StoreFn>
-void TransposeRowMajor(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, StoreFn&& store) {
+// Row-major weights in the tiled order, a block of pairs [p0, p1) of columns [j, j + cols), transposed
+// 8 rows x 8 pairs at a time: pair q of column c at out[(q - p0) * kTileRows + c] (columns past cols
+// zero).
+void PairsRowMajor(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, uint32_t* out) {
   for (int v = 0; v < kGroupVectors; ++v) {
     const int64_t rows = std::clamp<int64_t>(cols - v * kLanes, 0, kLanes);
     for (int64_t pb = p0; pb < p1; pb += kLanes) {
       __m256i r[kLanes];
       LoadPairs8(p, j + v * kLanes, rows, pb, r);
       const int64_t count = std::min<int64_t>(kLanes, p1 - pb);
-      for (int64_t q = 0; q < count; ++q) store(pb + q - p0, v, r[q]);
+      for (int64_t q = 0; q < count; ++q) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + (pb + q - p0) * kTileRows + v * kLanes), r[q]);
+      }
     }
   }
-}
-
-// PackTiled's block from row-major weights.
-void PackRowMajor(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, float* out) {
-  TransposeRowMajor(p, j, cols, p0, p1, [out](int64_t q, int v, __m256i pairs) {
-    float* at = out + 2 * q * kTileRows + v * kLanes;
-    StoreWidened(pairs, at, at + kTileRows);
-  });
-}
-
-// Row-major weights in the tiled order, a block of pairs [p0, p1) of columns [j, j + cols): pair q of
-// column c at out[(q - p0) * kTileRows + c] (columns past cols zero).
-void PairsRowMajor(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, uint32_t* out) {
-  TransposeRowMajor(p, j, cols, p0, p1, [out](int64_t q, int v, __m256i pairs) {
-    _mm256_store_si256(reinterpret_cast<__m256i*>(out + q * kTileRows + v * kLanes), pairs);
-  });
 }
 
 // A tile's sums between chunks live in y (row stride n): acc[r][v] from y, or +0 for a chunk that
@@ -223,40 +175,6 @@ __attribute__((always_inline)) inline void StoreSums(float* y, int64_t n, bool m
     }
   }
 }
-
-// Rows [i, i + R) x block columns [h, h + kTileCols) over the block's `values` values of k, x from
-// column q0 on. The block's first chunk starts from +0, the others from the sums y holds; the first
-// `cols` columns of y are written.
-template <int R>
-void Tile(const PairProblem& p, int64_t i, int64_t q0, const float* block, int64_t values, float* y,
-          int64_t cols, bool first) {
-  const float* x = static_cast<const float*>(p.x) + i * p.ldx + q0;
-  __m256i masks[kTileVectors];
-#pragma GCC unroll 4
-  for (int v = 0; v < kTileVectors; ++v) masks[v] = LaneMask(cols - v * kLanes);
-  const bool masked = cols < kTileCols;
-  __m256 acc[R][kTileVectors];
-  LoadSums(y, p.n, first, masked, masks, acc);
-  for (int64_t q = 0; q < values; ++q, block += kTileRows) {
-    __m256 w[kTileVectors];
-#pragma GCC unroll 4
-    for (int v = 0; v < kTileVectors; ++v) w[v] = _mm256_load_ps(block + v * kLanes);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m256 xb = _mm256_broadcast_ss(x + r * p.ldx + q);
-#pragma GCC unroll 4
-      for (int v = 0; v < kTileVectors; ++v) acc[r][v] = _mm256_fmadd_ps(xb, w[v], acc[r][v]);
-    }
-  }
-  StoreSums(y, p.n, masked, masks, acc);
-}
-
-using TileFn = void (*)(const PairProblem&, int64_t, int64_t, const float*, int64_t, float*, int64_t, bool);
-template <int R, int>
-struct TileEntry {
-  static constexpr TileFn kFn = &Tile<R>;
-};
-constexpr auto kTiles = TileTable<TileEntry, kRows, 1>();
 
 // One pair's products for two rows x a whole group (6 vectors) in assembly: acc[r][v] += x_r[0] ·
 // value 2p of vector v, then += x_r[1] · value 2p + 1, the fused multiply-adds of InPlaceTile in its
@@ -299,7 +217,7 @@ __attribute__((always_inline)) inline void TwoRowGroupPair(const float* x0, cons
 #undef LP_EVEN_VALUES
 #undef LP_ODD_VALUES
 
-// How a decode tile prefetches: not at all (a transposed block in L1), its own stream ahead (it reads
+// How a tile prefetches: not at all (a transposed block in L1 or L2), its own stream ahead (it reads
 // the chunk from memory), or the next chunk (it reads this one from L2: NextChunkWalk). Chosen at
 // compile time, per tile.
 enum class Prefetch { kNone, kAhead, kNextChunk };
@@ -309,10 +227,10 @@ __attribute__((always_inline)) inline void PrefetchStep(LineWalk& walk, const ui
   if constexpr (kPrefetch == Prefetch::kNextChunk) walk.Step();
 }
 
-// Decode on tiled weights: rows [i, i + R) x the first `cols` columns (V vectors, the last masked if
-// kMasked) of the group panel `w` (pairs `stride` lanes apart) over `pairs` pairs, x from pair p0 on,
-// read in place and widened in registers: a whole group's columns in one pass, so the weights stream
-// once, with no block stored and loaded again. Accumulates into y as Tile does.
+// Rows [i, i + R) x the first `cols` columns (V vectors, the last masked if kMasked) of the group panel
+// `w` (pairs `stride` lanes apart) over `pairs` pairs, x from pair p0 on, read in place and widened in
+// registers: a whole group's columns in one pass. The first chunk of k starts from +0, the others from
+// the sums y holds (row stride n).
 template <int R, int V, bool kMasked, Prefetch kPrefetch>
 void InPlaceTile(const PairProblem& p, int64_t i, int64_t p0, const uint32_t* w, int64_t stride, int64_t pairs,
                  float* y, int64_t cols, bool first, LineWalk walk) {
@@ -369,26 +287,14 @@ constexpr const InPlaceTable* kInPlaceByPrefetch[3] = {&kInPlaceTiles<kMasked, P
                                                        &kInPlaceTiles<kMasked, Prefetch::kNextChunk>};
 constexpr const InPlaceTable* const* kInPlace[2] = {kInPlaceByPrefetch<false>, kInPlaceByPrefetch<true>};
 
-// The tiled weights the decode chunk after (group j, pairs [.., c1)) reads (ChunkAfter), one range.
-struct NextChunk {
-  const char* begin = nullptr;
-  int64_t bytes = 0;
-};
-NextChunk NextChunkOf(const PairProblem& p, int64_t j, int64_t cols, int64_t c1, int64_t chunk, int64_t j_end) {
-  ChunkAt at;
-  NextChunk next;
-  if (ChunkAfter(p, j, cols, c1, chunk, j_end, &at)) next.begin = TiledChunk(p, at, &next.bytes);
-  return next;
-}
-
-// Row tile t of `tiles` over a decode chunk: the first reads the chunk from memory, prefetching its
+// Row tile t of `tiles` over a chunk of tiled weights: the first reads the chunk from memory, prefetching its
 // own stream ahead, and with 3 tiles or more the others, which read it from L2, bring the next chunk
 // into L2 between them, a share each, a step at a time (inc 0: no walk). The AVX2 kernel on a 2-core
 // Zen 5 VM, alternating calls: 5-8 rows 4-34 % faster, 8 rows 15 % (216 GFLOP/s, the rate with the
 // weights in L2); 2 tiles (3-4 rows), where one tile would ask for 3 lines a step, 5 % slower, so they
 // do not.
-LineWalk NextChunkWalk(const NextChunk& next, int64_t t, int64_t tiles, int64_t steps) {
-  if (t == 0 || tiles < 3 || next.bytes == 0) return LineWalk{nullptr, 0, 1, 0, 0};
+LineWalk NextChunkWalk(const NextBlock& next, int64_t t, int64_t tiles, int64_t steps) {
+  if (t == 0 || tiles < 3 || next.rows == 0) return LineWalk{nullptr, 0, 1, 0, 0};
   const int64_t share = (next.bytes + tiles - 2) / (tiles - 1);
   return LineWalk{next.begin + (t - 1) * share, 0, int64_t{1} << 62, 0, std::max<int64_t>(1, (share + steps - 1) / steps)};
 }
@@ -396,44 +302,28 @@ LineWalk NextChunkWalk(const NextChunk& next, int64_t t, int64_t tiles, int64_t 
 void PassColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
   const int64_t pairs = Pairs(p);
   const bool few = i_end - i_begin <= kFewRows;
-  const int64_t most = few ? (p.w_tiled ? kInPlaceChunkPairs : kTransposedChunkPairs) : kChunkPairs;
-  const int64_t chunk = EqualPart(pairs, most, kLanes);
-  // fp32 values for prefill, pairs for decode on row-major weights.
-  float* block = few && p.w_tiled ? nullptr : ThreadScratch<float, Slot::kPackedWeights>(2 * chunk * kTileRows);
+  const int64_t chunk = EqualPart(pairs, p.w_tiled || !few ? kChunkPairs : kFewRowsTransposedChunkPairs, kLanes);
+  uint32_t* block = p.w_tiled ? nullptr : ThreadScratch<uint32_t, Slot::kPackedWeights>(chunk * kTileRows);
+  const int64_t row_tiles = (i_end - i_begin + kInPlaceRows - 1) / kInPlaceRows;
   for (int64_t j = j_begin; j < j_end;) {
     const int64_t cols = GroupCols(p, j, j_end);
+    const int vectors = static_cast<int>((cols + kLanes - 1) / kLanes);
     for (int64_t c0 = 0; c0 < pairs; c0 += chunk) {
       const int64_t c1 = std::min(c0 + chunk, pairs);
-      if (few) {
-        const uint32_t* w = reinterpret_cast<uint32_t*>(block);
-        int64_t stride = kTileRows;
-        if (p.w_tiled) {
-          w = TiledPairs(p, j, c0, &stride);
-        } else {
-          PairsRowMajor(p, j, cols, c0, c1, reinterpret_cast<uint32_t*>(block));
-        }
-        const int vectors = static_cast<int>((cols + kLanes - 1) / kLanes);
-        const NextChunk next = p.w_tiled ? NextChunkOf(p, j, cols, c1, chunk, j_end) : NextChunk{};
-        const int64_t row_tiles = (i_end - i_begin + kInPlaceRows - 1) / kInPlaceRows;
-        for (int64_t i = i_begin, t = 0; i < i_end; i += kInPlaceRows, ++t) {
-          const LineWalk walk = NextChunkWalk(next, t, row_tiles, c1 - c0);
-          const Prefetch prefetch = !p.w_tiled ? Prefetch::kNone : walk.inc > 0 ? Prefetch::kNextChunk : Prefetch::kAhead;
-          const InPlaceTable& tiles = *kInPlace[cols % kLanes != 0][static_cast<int>(prefetch)];
-          tiles[std::min<int64_t>(kInPlaceRows, i_end - i) - 1][vectors - 1](p, i, c0, w, stride, c1 - c0,
-                                                                             p.y + i * p.n + j, cols, c0 == 0, walk);
-        }
-        continue;
-      }
+      const uint32_t* w = block;
+      int64_t stride = kTileRows;
       if (p.w_tiled) {
-        PackTiled(p, j, cols, c0, c1, block);
+        w = TiledPairs(p, j, c0, &stride);
       } else {
-        PackRowMajor(p, j, cols, c0, c1, block);
+        PairsRowMajor(p, j, cols, c0, c1, block);
       }
-      for (int64_t i = i_begin; i < i_end; i += kRows) {
-        const TileFn tile = kTiles[std::min<int64_t>(kRows, i_end - i) - 1][0];
-        for (int64_t h = 0; h < cols; h += kTileCols) {
-          tile(p, i, 2 * c0, block + h, 2 * (c1 - c0), p.y + i * p.n + j + h, std::min(kTileCols, cols - h), c0 == 0);
-        }
+      const NextBlock next = p.w_tiled ? NextBlockOf(p, j, cols, c1, chunk, j_end) : NextBlock{};
+      for (int64_t i = i_begin, t = 0; i < i_end; i += kInPlaceRows, ++t) {
+        const LineWalk walk = NextChunkWalk(next, t, row_tiles, c1 - c0);
+        const Prefetch prefetch = !p.w_tiled ? Prefetch::kNone : walk.inc > 0 ? Prefetch::kNextChunk : Prefetch::kAhead;
+        const InPlaceTable& tiles = *kInPlace[cols % kLanes != 0][static_cast<int>(prefetch)];
+        tiles[std::min<int64_t>(kInPlaceRows, i_end - i) - 1][vectors - 1](p, i, c0, w, stride, c1 - c0,
+                                                                           p.y + i * p.n + j, cols, c0 == 0, walk);
       }
     }
     j += cols;
@@ -539,7 +429,7 @@ void Avx2Columns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
     return;
   }
   // Equal passes, so that no pass is a short one with little reuse of each block.
-  ForRowPasses(p.m, p.ldx * static_cast<int64_t>(sizeof(float)), kPassBytes, kPassRows, kRows,
+  ForRowPasses(p.m, p.ldx * static_cast<int64_t>(sizeof(float)), kPassBytes, kPassRows, kInPlaceRows,
                [&](int64_t i0, int64_t i1) { PassColumns(p, i0, i1, j_begin, j_end); });
 }
 

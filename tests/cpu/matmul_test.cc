@@ -158,13 +158,13 @@ float ColumnOrderDot(const float* x, const uint16_t* w, int64_t k) {
   return acc;
 }
 
-// The kernels that promise the column order (AVX2 and AVX-512F in both modes, AVX-512 BF16 in fp32
-// mode) give its bits on the shapes their paths split differently: decode rows (AVX-512: one or two
-// rows on registers fed straight from transposes, pairs of tiled groups up to 2 rows, a single tile up
-// to 8; AVX2: one row two whole groups at a time, as n = 247 gives each of 2 threads, up to 8 rows 2 at
-// a time), blocked rows with partial row tiles, columns across groups, partial groups, vectors and
-// tiles, k across chunks and ragged or odd ends; row-major weights and, for even k, the same weights
-// stored tiled.
+// The kernels that promise the column order (AVX2 and AVX-512F in both modes, AVX-512 BF16 in fp32 mode) give
+// its bits on the shapes their paths split differently: decode rows (AVX-512: one or two rows on registers fed
+// straight from transposes, pairs of tiled groups up to 2 rows, a single tile up to 8; AVX2: one row two whole
+// groups at a time, as n = 247 gives each of 2 threads, more rows 2 at a time, row-major weights transposed in
+// 64 pairs up to 8 rows and 1024 beyond), blocked rows with partial row tiles, columns across groups, partial
+// groups, vectors and tiles, k across chunks and ragged or odd ends; row-major weights and, for even k, the
+// same weights stored tiled.
 TEST(MatmulTest, ColumnOrderKernelsAreOneFusedChainPerOutput) {
   ThreadPool pool(2);
   for (int64_t m : {1, 2, 3, 5, 8, 9, 17, 66, 259}) {
@@ -257,12 +257,11 @@ TEST(MatmulTest, ResultsIndependentOfThreadCount) {
   }
 }
 
-// Weights stored tiled at load (engine/model/tiled_rows.h) are read in place (AVX-512) or widened from
-// place (AVX2) by every kernel; the results are those of the row-major weights, bit for bit, in both modes:
-// partial row groups (n not a multiple of 48, groups of fewer than 16 rows), k not a multiple of 32
-// and k in one, two or three chunks, any thread count, and decode's pairs of whole groups from the two
-// halves of a thread's groups (247 rows: 5 whole groups and 7 rows; a thread's range may start or end
-// inside a group).
+// Weights stored tiled at load (engine/model/tiled_rows.h) are read in place by every kernel; the results are
+// those of the row-major weights, bit for bit, in both modes: partial row groups (n not a multiple of 48,
+// groups of fewer than 16 rows), k not a multiple of 32 and k in one, two or three chunks, any thread count,
+// and decode's pairs of whole groups from the two halves of a thread's groups (247 rows: 5 whole groups and 7
+// rows; a thread's range may start or end inside a group).
 TEST(MatmulTest, TiledWeightsGiveTheRowMajorBits) {
   std::vector<std::unique_ptr<ThreadPool>> pools;
   for (int t : {1, 3}) pools.push_back(std::make_unique<ThreadPool>(t));
