@@ -287,12 +287,12 @@ constexpr const InPlaceTable* kInPlaceByPrefetch[3] = {&kInPlaceTiles<kMasked, P
                                                        &kInPlaceTiles<kMasked, Prefetch::kNextChunk>};
 constexpr const InPlaceTable* const* kInPlace[2] = {kInPlaceByPrefetch<false>, kInPlaceByPrefetch<true>};
 
-// Row tile t of `tiles` over a chunk of tiled weights: the first reads the chunk from memory, prefetching its
-// own stream ahead, and with 3 tiles or more the others, which read it from L2, bring the next chunk
-// into L2 between them, a share each, a step at a time (inc 0: no walk). The AVX2 kernel on a 2-core
-// Zen 5 VM, alternating calls: 5-8 rows 4-34 % faster, 8 rows 15 % (216 GFLOP/s, the rate with the
-// weights in L2); 2 tiles (3-4 rows), where one tile would ask for 3 lines a step, 5 % slower, so they
-// do not.
+// Row tile t of `tiles` over a chunk of tiled weights: the first reads the chunk from memory,
+// prefetching its own stream ahead, and with 3 tiles or more the others, which read it from L2, bring
+// the next chunk into L2 between them, a share each, a step at a time (inc 0: no walk). The AVX2 kernel
+// on a 2-core Zen 5 VM, alternating calls: 5-8 rows 4-34 % faster, 8 rows 15 % (216 GFLOP/s, the rate
+// with the weights in L2); 2 tiles (3-4 rows), where one tile would ask for 3 lines a step, 5 % slower,
+// so they do not.
 LineWalk NextChunkWalk(const NextBlock& next, int64_t t, int64_t tiles, int64_t steps) {
   if (t == 0 || tiles < 3 || next.rows == 0) return LineWalk{nullptr, 0, 1, 0, 0};
   const int64_t share = (next.bytes + tiles - 2) / (tiles - 1);
