@@ -1,9 +1,11 @@
 // Software prefetch of the weight block a blocked matmul reads next (matmul_pair_kernel.h,
 // matmul_avx2.cc): a line per step of the present block's arithmetic, so the next block arrives from
-// DRAM in L2 while this one computes. Many lines at once cost more than they save: each outstanding line
+// DRAM while this one computes. Many lines at once cost more than they save: each outstanding line
 // holds a fill buffer that the tiles' x loads from L2 also need (a former packing kernel, with 64-row
-// passes, ran its arithmetic ~10 % slower at 12 lines per call), and Zen 4+ drops a T1 prefetch that
-// finds no free miss buffer.
+// passes, ran its arithmetic ~10 % slower at 12 lines per call), and Zen 4+ drops a prefetch that finds
+// no free miss buffer. The hint is T0: on a 2-core Zen 5 VM (paired calls with a peak loop between,
+// weights from DRAM) T1 left every kernel slower, by 3-5 points of its peak at 64 rows (AVX-512 BF16
+// 73.5-79.5 -> 77.5-83.1 %, AVX-512F 83.2-85.9 -> 88.0-88.8 %, AVX2 88.7 -> 91.4 %) and 1-4 at 256-512.
 #ifndef LAYERPIPE_ENGINE_CPU_MATMUL_PREFETCH_H_
 #define LAYERPIPE_ENGINE_CPU_MATMUL_PREFETCH_H_
 
@@ -16,7 +18,7 @@
 
 namespace layerpipe::matmul_internal {
 
-// Prefetch into L2 a step at a time, `inc` bytes on each step, over ranges of `bytes`, `stride` apart
+// Prefetch a step at a time, `inc` bytes on each step, over ranges of `bytes`, `stride` apart
 // (after the last range it goes on into whatever follows: a prefetch cannot fault).
 struct LineWalk {
   const char* row;
@@ -25,7 +27,7 @@ struct LineWalk {
   int64_t stride;
   int64_t inc;
   __attribute__((always_inline)) inline void Step() {
-    _mm_prefetch(row + offset, _MM_HINT_T1);
+    _mm_prefetch(row + offset, _MM_HINT_T0);
     offset += inc;
     if (offset >= bytes) {
       offset -= bytes;
