@@ -192,9 +192,9 @@ std::vector<float> RandomF32(size_t count, std::mt19937& rng) {
 
 // A shape's weights, row-major and tiled, in enough copies that cycling through them defeats the
 // 32 MiB L3, as real layers do (every layer's matrices are read again at each step or chunk). Timed
-// on one copy, a 64-row prefill of q_proj, k_proj or o_proj found much of its weights still in L3 from
-// the call before (two modes read the same tiled bytes back to back): 3-8 points above the shapes too
-// large for L3.
+// on one copy, a 64-row prefill of q_proj, k_proj or o_proj could find part of its weights still in L3
+// from the call before (two modes read the same tiled bytes back to back), which a model never does.
+// The copies after the first are byte copies: the values do not change the timings.
 struct WeightCopies {
   std::vector<PagedArray<uint16_t>> row_major, tiled;
   int next = 0;
