@@ -56,7 +56,7 @@ inline NextBlock NextBlockOf(const PairProblem& p, int64_t j, int64_t cols, int6
 }
 
 // Row tile `t` of `tiles` prefetches its share of the next block, a step per pair of its `steps`, so
-// the next block's weights arrive from DRAM in L2 while this block computes. It covers its share in
+// the next block's weights arrive from DRAM while this block computes. It covers its share in
 // the first half of its steps and walks on over the next tile's in the second, so that each line is
 // asked for twice, half a tile apart (the last tile walks on into the block after): a prefetch
 // that finds no free miss buffer is dropped, and with few row tiles a block's lines are asked for at
