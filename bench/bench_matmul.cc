@@ -354,7 +354,9 @@ int Main(int argc, char** argv) {
   std::printf("threads: %d   kernel (bf16-x mode): %s   avx512f / avx512bf16 on this CPU: %s / %s\n",
               pool.size(), std::string(MatmulIsaName(opt.isa)).c_str(), CpuSupportsAvx512F() ? "yes" : "no",
               CpuSupportsAvx512Bf16() ? "yes" : "no");
-  std::printf("fp32-x mode: the column order's fused multiply-adds (on 512-bit registers unless the kernel is avx2)\n");
+  std::printf("fp32-x mode: the column order's fused multiply-adds (on 512-bit registers unless the kernel is avx2);"
+              " their prefill widens the weights: %s ($LAYERPIPE_MATMUL_WIDEN=registers|block)\n",
+              std::string(MatmulWideningName(ActiveMatmulWidening())).c_str());
   size_t huge_bytes = 0;
   const double bandwidth = ReadBandwidthGBs(pool, size_t{1} << 30, opt.quick ? 3 : 5, opt.huge_pages, &huge_bytes);
   const Peaks peaks = MeasurePeaks(pool);

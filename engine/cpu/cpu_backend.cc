@@ -39,7 +39,7 @@ CpuBackend::CpuBackend(const ModelWeights& weights, Precision precision, ThreadP
   static std::once_flag logged;
   std::call_once(logged, [&pool] {
     const std::string line = absl::StrCat("CPU stages: ", pool.size(), " threads, ", MatmulKernelSummary());
-    if (MatmulIsaRequestIgnored()) {
+    if (MatmulEnvRequestIgnored()) {
       LP_LOG(WARNING) << line;
     } else {
       LP_LOG(INFO) << line;

@@ -85,7 +85,7 @@ const uint16_t* PrepareBf16(const float* x, int64_t m, int64_t k, ThreadPool& po
 // (and the CPU has it), else the column order, on AVX-512F registers unless the ISA is kAvx2 (or the CPU
 // lacks AVX-512 F/BW/VL), x rounded to bf16 values if x_as_bf16.
 void Run(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w, bool w_tiled, int64_t n, float* y,
-         ThreadPool& pool, bool x_as_bf16) {
+         ThreadPool& pool, bool x_as_bf16, MatmulWidening widening) {
   const bool bf16_dot = isa == MatmulIsa::kAvx512Bf16 && x_as_bf16 && CpuSupportsAvx512Bf16();
   const bool wide = isa != MatmulIsa::kAvx2 && CpuSupportsAvx512F();
   matmul_internal::PairProblem p{};
@@ -95,6 +95,7 @@ void Run(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w,
   p.k = k;
   p.w = w;
   p.w_tiled = w_tiled;
+  p.widen_block = widening == MatmulWidening::kBlock;
   p.n = n;
   p.y = y;
   ForColumns(m, k, n, kColumnUnit, pool, [&p, bf16_dot, wide](int64_t j0, int64_t j1) {
@@ -133,10 +134,15 @@ bool CpuSupportsAvx512Bf16() {
 
 namespace {
 
-// The kernel this process runs, and why $LAYERPIPE_MATMUL_ISA was not followed where it was not.
+// The kernel this process runs, and why $LAYERPIPE_MATMUL_ISA or $LAYERPIPE_MATMUL_WIDEN was not
+// followed where it was not.
 struct IsaChoice {
   MatmulIsa isa;
   std::string ignored;  // empty, or what was asked and why it was set aside
+};
+struct WideningChoice {
+  MatmulWidening widening;
+  std::string ignored;
 };
 
 MatmulIsa BestIsa() {
@@ -166,20 +172,43 @@ const IsaChoice& ActiveChoice() {
   return choice;
 }
 
+// Intel cores issue 256-bit shifts only on the two FMA ports and 512-bit vector ALU work only on the
+// FMA ports; AMD Zen has vector ALU pipes beside its FMA pipes.
+WideningChoice ChooseWidening() {
+  const MatmulWidening best = __builtin_cpu_is("intel") ? MatmulWidening::kBlock : MatmulWidening::kRegisters;
+  const char* env = std::getenv("LAYERPIPE_MATMUL_WIDEN");
+  const std::string wanted = env != nullptr ? env : "";
+  if (wanted.empty()) return {best, ""};
+  if (wanted == "registers") return {MatmulWidening::kRegisters, ""};
+  if (wanted == "block") return {MatmulWidening::kBlock, ""};
+  return {best, "LAYERPIPE_MATMUL_WIDEN=" + wanted + " ignored: not one of registers, block"};
+}
+
+const WideningChoice& ActiveWidening() {
+  static const WideningChoice choice = ChooseWidening();
+  return choice;
+}
+
 }  // namespace
 
 MatmulIsa ActiveMatmulIsa() { return ActiveChoice().isa; }
+MatmulWidening ActiveMatmulWidening() { return ActiveWidening().widening; }
+
+std::string_view MatmulWideningName(MatmulWidening widening) {
+  return widening == MatmulWidening::kBlock ? "block" : "registers";
+}
 
 std::string MatmulKernelSummary() {
   const IsaChoice& c = ActiveChoice();
   std::string s = "matmul kernel " + std::string(MatmulIsaName(c.isa)) + " (CPU: AVX-512 F " +
                   (CpuSupportsAvx512F() ? "yes" : "no") + ", AVX-512 BF16 " + (CpuSupportsAvx512Bf16() ? "yes" : "no") +
-                  ")";
+                  "), prefill widening " + std::string(MatmulWideningName(ActiveMatmulWidening()));
   if (!c.ignored.empty()) s += "; " + c.ignored;
+  if (!ActiveWidening().ignored.empty()) s += "; " + ActiveWidening().ignored;
   return s;
 }
 
-bool MatmulIsaRequestIgnored() { return !ActiveChoice().ignored.empty(); }
+bool MatmulEnvRequestIgnored() { return !ActiveChoice().ignored.empty() || !ActiveWidening().ignored.empty(); }
 
 std::string_view MatmulIsaName(MatmulIsa isa) {
   switch (isa) {
@@ -194,9 +223,9 @@ std::string_view MatmulIsaName(MatmulIsa isa) {
 }
 
 void MatmulBf16WithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
-                       float* y, ThreadPool& pool, bool x_as_bf16) {
+                       float* y, ThreadPool& pool, bool x_as_bf16, MatmulWidening widening) {
   if (TrivialShape(m, k, n, y)) return;
-  Run(isa, x, m, k, w, /*w_tiled=*/false, n, y, pool, x_as_bf16);
+  Run(isa, x, m, k, w, /*w_tiled=*/false, n, y, pool, x_as_bf16, widening);
 }
 
 void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
@@ -205,9 +234,9 @@ void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t
 }
 
 void MatmulBf16TiledWithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
-                            float* y, ThreadPool& pool, bool x_as_bf16) {
+                            float* y, ThreadPool& pool, bool x_as_bf16, MatmulWidening widening) {
   if (TrivialShape(m, k, n, y)) return;
-  Run(isa, x, m, k, w, /*w_tiled=*/true, n, y, pool, x_as_bf16);
+  Run(isa, x, m, k, w, /*w_tiled=*/true, n, y, pool, x_as_bf16, widening);
 }
 
 void MatmulBf16Tiled(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,

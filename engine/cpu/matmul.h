@@ -33,11 +33,21 @@ enum class MatmulIsa { kAvx2, kAvx512F, kAvx512Bf16 };
 // CPU generations can still produce bit-identical tokens, or to compare kernels) or avx512f (the column
 // order on an AVX-512 BF16 machine, as every machine without BF16 runs it). Read once per process.
 MatmulIsa ActiveMatmulIsa();
-// One line for logs: the kernel ActiveMatmulIsa runs, what the CPU has, and, where
-// $LAYERPIPE_MATMUL_ISA names a kernel this CPU lacks or no kernel at all, that it was ignored (then
-// MatmulIsaRequestIgnored() is true and the best kernel runs).
+// How the fp32 kernels (kAvx2, kAvx512F) widen bf16 weights in prefill (more than 8 rows): in registers
+// in every row tile that reads them (two vector ALU operations per pair of values), or once per chunk
+// into an fp32 block every row tile then reads. The first is faster where those operations have ports
+// of their own (AMD Zen), the second where they share the FMA ports (Intel cores). Same bits.
+enum class MatmulWidening { kRegisters, kBlock };
+// The CPU's better choice (kBlock on Intel, kRegisters elsewhere) unless $LAYERPIPE_MATMUL_WIDEN names
+// one (registers, block). Read once per process.
+MatmulWidening ActiveMatmulWidening();
+std::string_view MatmulWideningName(MatmulWidening widening);
+
+// One line for logs: the kernel ActiveMatmulIsa runs, its widening, what the CPU has, and, where
+// $LAYERPIPE_MATMUL_ISA names a kernel this CPU lacks or no kernel at all, or $LAYERPIPE_MATMUL_WIDEN
+// names no widening, that it was ignored (then MatmulEnvRequestIgnored() is true and the default runs).
 std::string MatmulKernelSummary();
-bool MatmulIsaRequestIgnored();
+bool MatmulEnvRequestIgnored();
 // AVX-512 F, BW and VL (every AVX-512 server CPU since Skylake-SP): what the kAvx512F kernel needs;
 // without them it runs on AVX2 registers.
 bool CpuSupportsAvx512F();
@@ -49,13 +59,15 @@ std::string_view MatmulIsaName(MatmulIsa isa);
 // transposing them per call.
 void MatmulBf16Tiled(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
                      ThreadPool& pool, bool x_as_bf16);
-// The same with an explicit ISA (supported by this CPU). For tests and benchmarks.
+// The same with an explicit ISA (supported by this CPU) and widening. For tests and benchmarks.
 void MatmulBf16TiledWithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
-                            float* y, ThreadPool& pool, bool x_as_bf16);
+                            float* y, ThreadPool& pool, bool x_as_bf16,
+                            MatmulWidening widening = ActiveMatmulWidening());
 
-// MatmulBf16 with an explicit ISA; `isa` must be supported by this CPU. For tests and benchmarks.
+// MatmulBf16 with an explicit ISA (supported by this CPU) and widening. For tests and benchmarks.
 void MatmulBf16WithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w,
-                       int64_t n, float* y, ThreadPool& pool, bool x_as_bf16);
+                       int64_t n, float* y, ThreadPool& pool, bool x_as_bf16,
+                       MatmulWidening widening = ActiveMatmulWidening());
 
 }  // namespace layerpipe
 

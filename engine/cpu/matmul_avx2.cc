@@ -14,6 +14,14 @@
 // 256-4096 rows 73-86 -> 78-90 % (the stores and reloads of the widened block were ~10 % of a 64-row
 // call). One row goes two whole tiled groups at a time (GroupPair), or on row-major weights 16 rows at
 // a time transposed in registers (OneRowRowMajor): more streams per core.
+//
+// Where widening in registers takes the FMA ports' slots (PairProblem::widen_block: Intel cores, whose
+// 256-bit shifts issue only on the two FMA ports), prefill (more than kFewRows rows) widens each chunk
+// once into an fp32 block in L2 instead (value q of the 48 columns back to back), and tiles of 4 rows x
+// 24 columns (12 accumulators, 3 weight vectors and a broadcast of the 16 ymm registers) pass over it
+// with no vector ALU work. On a 2-core Emerald Rapids VM, one thread, weights in L2: 64 rows 68 -> 79 %
+// of the FMA peak, 256 rows 67 -> 87 % (the in-place tiles there: two widening operations per four
+// fused multiply-adds, six of every 18 FMA-port slots).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -35,6 +43,13 @@ static_assert(kTileRows % kLanes == 0, "a tiled group is whole vectors");
 // that it stays there; from 9 rows on a block of 1024 pairs ran 1-3 % faster than one of 64).
 constexpr int64_t kFewRows = 8;
 constexpr int64_t kChunkPairs = 1024;
+// Pairs of k per widened block: 512 (192 KiB of fp32 in L2, reused by every row tile).
+constexpr int64_t kBlockChunkPairs = 512;
+// Widened-block register tile: kBlockRows rows x kBlockVectors vectors (a half group).
+constexpr int kBlockRows = 4;
+constexpr int kBlockVectors = 3;
+constexpr int64_t kBlockCols = kBlockVectors * kLanes;
+static_assert(kTileRows == 2 * kBlockCols);
 constexpr int64_t kFewRowsTransposedChunkPairs = 64;
 // Rows of x per pass over all column groups (each group reads them again, from L3 while they fit;
 // each pass streams all the weights again): at most kPassRows rows and kPassBytes of x.
@@ -57,6 +72,10 @@ inline __m256 EvenValues(__m256i pairs) { return _mm256_castsi256_ps(_mm256_slli
 inline __m256 OddValues(__m256i pairs) {
   return _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
 }
+inline void StoreWidened(__m256i pairs, float* even, float* odd) {
+  _mm256_store_ps(even, EvenValues(pairs));
+  _mm256_store_ps(odd, OddValues(pairs));
+}
 // acc + x[0] * value 2p + x[1] * value 2p + 1 of 8 columns' pairs, in that order.
 inline __m256 AddPairProducts(__m256 acc, const float* x, __m256i pairs) {
   acc = _mm256_fmadd_ps(_mm256_broadcast_ss(x), EvenValues(pairs), acc);
@@ -70,6 +89,29 @@ __attribute__((always_inline)) inline void PrefetchAhead(const uint32_t* pair) {
 #pragma GCC unroll 3
   for (int line = 0; line < 3; ++line) {
     _mm_prefetch(reinterpret_cast<const char*>(pair) + kTiledAheadBytes + 64 * line, _MM_HINT_T0);
+  }
+}
+
+// Block of pairs [p0, p1) of columns [j, j + cols) (within one group) of tiled weights, widened: value
+// 2(p - p0) + e of column c at out[(2(p - p0) + e) * kTileRows + c]; columns past cols are zero.
+void WidenTiled(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, float* out) {
+  int64_t g = 0;
+  const uint32_t* src = TiledPairs(p, j, p0, &g);
+  const int vectors = static_cast<int>((cols + kLanes - 1) / kLanes);
+  const bool ragged = cols % kLanes != 0;
+  const __m256i last = LaneMask(cols - (vectors - 1) * kLanes);
+  for (int64_t q = p0; q < p1; ++q, src += g, out += 2 * kTileRows) {
+    PrefetchAhead(src);
+    for (int v = 0; v < vectors; ++v) {
+      const int* at = reinterpret_cast<const int*>(src + v * kLanes);
+      const __m256i pairs = ragged && v == vectors - 1 ? _mm256_maskload_epi32(at, last)
+                                                        : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
+      StoreWidened(pairs, out + v * kLanes, out + kTileRows + v * kLanes);
+    }
+    for (int v = vectors; v < kGroupVectors; ++v) {
+      _mm256_store_ps(out + v * kLanes, _mm256_setzero_ps());
+      _mm256_store_ps(out + kTileRows + v * kLanes, _mm256_setzero_ps());
+    }
   }
 }
 
@@ -127,21 +169,35 @@ __attribute__((always_inline)) inline void LoadPairs8(const PairProblem& p, int6
   Transpose8(r);
 }
 
-// Row-major weights in the tiled order, a block of pairs [p0, p1) of columns [j, j + cols), transposed
-// 8 rows x 8 pairs at a time: pair q of column c at out[(q - p0) * kTileRows + c] (columns past cols
-// zero).
-void PairsRowMajor(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, uint32_t* out) {
+// Row-major weight rows [j, j + cols) over pairs [p0, p1), 8 rows x 8 pairs at a time, as `store`(q,
+// v, pairs) takes them: pair q - p0 of the rows in vector v (rows past cols zero).
+template <typename StoreFn>
+void TransposeRowMajor(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, StoreFn&& store) {
   for (int v = 0; v < kGroupVectors; ++v) {
     const int64_t rows = std::clamp<int64_t>(cols - v * kLanes, 0, kLanes);
     for (int64_t pb = p0; pb < p1; pb += kLanes) {
       __m256i r[kLanes];
       LoadPairs8(p, j + v * kLanes, rows, pb, r);
       const int64_t count = std::min<int64_t>(kLanes, p1 - pb);
-      for (int64_t q = 0; q < count; ++q) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(out + (pb + q - p0) * kTileRows + v * kLanes), r[q]);
-      }
+      for (int64_t q = 0; q < count; ++q) store(pb + q - p0, v, r[q]);
     }
   }
+}
+
+// Row-major weights in the tiled order, a block of pairs [p0, p1) of columns [j, j + cols): pair q of
+// column c at out[(q - p0) * kTileRows + c].
+void PairsRowMajor(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, uint32_t* out) {
+  TransposeRowMajor(p, j, cols, p0, p1, [out](int64_t q, int v, __m256i pairs) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out + q * kTileRows + v * kLanes), pairs);
+  });
+}
+
+// WidenTiled's block from row-major weights.
+void WidenRowMajor(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, float* out) {
+  TransposeRowMajor(p, j, cols, p0, p1, [out](int64_t q, int v, __m256i pairs) {
+    float* at = out + 2 * q * kTileRows + v * kLanes;
+    StoreWidened(pairs, at, at + kTileRows);
+  });
 }
 
 // A tile's sums between chunks live in y (row stride n): acc[r][v] from y, or +0 for a chunk that
@@ -175,6 +231,40 @@ __attribute__((always_inline)) inline void StoreSums(float* y, int64_t n, bool m
     }
   }
 }
+
+// Rows [i, i + R) x widened block columns [h, h + kBlockCols) over the block's `values` values of k, x
+// from column q0 on. The first chunk of k starts from +0, the others from the sums y holds; the first
+// `cols` columns of y are written.
+template <int R>
+void BlockTile(const PairProblem& p, int64_t i, int64_t q0, const float* block, int64_t values, float* y,
+               int64_t cols, bool first) {
+  const float* x = static_cast<const float*>(p.x) + i * p.ldx + q0;
+  __m256i masks[kBlockVectors];
+#pragma GCC unroll 4
+  for (int v = 0; v < kBlockVectors; ++v) masks[v] = LaneMask(cols - v * kLanes);
+  const bool masked = cols < kBlockCols;
+  __m256 acc[R][kBlockVectors];
+  LoadSums(y, p.n, first, masked, masks, acc);
+  for (int64_t q = 0; q < values; ++q, block += kTileRows) {
+    __m256 w[kBlockVectors];
+#pragma GCC unroll 4
+    for (int v = 0; v < kBlockVectors; ++v) w[v] = _mm256_load_ps(block + v * kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 xb = _mm256_broadcast_ss(x + r * p.ldx + q);
+#pragma GCC unroll 4
+      for (int v = 0; v < kBlockVectors; ++v) acc[r][v] = _mm256_fmadd_ps(xb, w[v], acc[r][v]);
+    }
+  }
+  StoreSums(y, p.n, masked, masks, acc);
+}
+
+using BlockTileFn = void (*)(const PairProblem&, int64_t, int64_t, const float*, int64_t, float*, int64_t, bool);
+template <int R, int>
+struct BlockTileEntry {
+  static constexpr BlockTileFn kFn = &BlockTile<R>;
+};
+constexpr auto kBlockTiles = TileTable<BlockTileEntry, kBlockRows, 1>();
 
 // One pair's products for two rows x a whole group (6 vectors) in assembly: acc[r][v] += x_r[0] ·
 // value 2p of vector v, then += x_r[1] · value 2p + 1, the fused multiply-adds of InPlaceTile in its
@@ -299,9 +389,39 @@ LineWalk NextChunkWalk(const NextBlock& next, int64_t t, int64_t tiles, int64_t 
   return LineWalk{next.begin + (t - 1) * share, 0, int64_t{1} << 62, 0, std::max<int64_t>(1, (share + steps - 1) / steps)};
 }
 
+// Prefill where widening in registers would take FMA slots: each chunk of a group widened once into a
+// block (widen_block), then every row tile over it.
+void WidenedBlockColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
+  const int64_t pairs = Pairs(p);
+  const int64_t chunk = EqualPart(pairs, kBlockChunkPairs, kLanes);
+  float* block = ThreadScratch<float, Slot::kPackedWeights>(2 * chunk * kTileRows);
+  for (int64_t j = j_begin; j < j_end;) {
+    const int64_t cols = GroupCols(p, j, j_end);
+    for (int64_t c0 = 0; c0 < pairs; c0 += chunk) {
+      const int64_t c1 = std::min(c0 + chunk, pairs);
+      if (p.w_tiled) {
+        WidenTiled(p, j, cols, c0, c1, block);
+      } else {
+        WidenRowMajor(p, j, cols, c0, c1, block);
+      }
+      for (int64_t i = i_begin; i < i_end; i += kBlockRows) {
+        const BlockTileFn tile = kBlockTiles[std::min<int64_t>(kBlockRows, i_end - i) - 1][0];
+        for (int64_t h = 0; h < cols; h += kBlockCols) {
+          tile(p, i, 2 * c0, block + h, 2 * (c1 - c0), p.y + i * p.n + j + h, std::min(kBlockCols, cols - h), c0 == 0);
+        }
+      }
+    }
+    j += cols;
+  }
+}
+
 void PassColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
   const int64_t pairs = Pairs(p);
   const bool few = i_end - i_begin <= kFewRows;
+  if (!few && p.widen_block) {
+    WidenedBlockColumns(p, i_begin, i_end, j_begin, j_end);
+    return;
+  }
   const int64_t chunk = EqualPart(pairs, p.w_tiled || !few ? kChunkPairs : kFewRowsTransposedChunkPairs, kLanes);
   uint32_t* block = p.w_tiled ? nullptr : ThreadScratch<uint32_t, Slot::kPackedWeights>(chunk * kTileRows);
   const int64_t row_tiles = (i_end - i_begin + kInPlaceRows - 1) / kInPlaceRows;
@@ -428,8 +548,9 @@ void Avx2Columns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
                       [&p](int64_t j, int64_t step, int64_t cols) { OneRowRowMajor(p, j, step, cols); });
     return;
   }
-  // Equal passes, so that no pass is a short one with little reuse of each block.
-  ForRowPasses(p.m, p.ldx * static_cast<int64_t>(sizeof(float)), kPassBytes, kPassRows, kInPlaceRows,
+  // Equal passes, so that no pass is a short one with little reuse of each block; whole tiles of either kind.
+  static_assert(kBlockRows % kInPlaceRows == 0);
+  ForRowPasses(p.m, p.ldx * static_cast<int64_t>(sizeof(float)), kPassBytes, kPassRows, kBlockRows,
                [&](int64_t i0, int64_t i1) { PassColumns(p, i0, i1, j_begin, j_end); });
 }
 

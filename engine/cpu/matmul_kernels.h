@@ -57,6 +57,9 @@ struct PairProblem {
   int64_t k;
   const uint16_t* w;   // n rows of k bf16 values, row-major or tiled
   bool w_tiled;        // engine/model/tiled_rows.h; then k is even
+  // The fp32 kernels' prefill widens each chunk of weights once into an fp32 block rather than in
+  // registers for every row tile (MatmulWidening::kBlock). Same bits either way.
+  bool widen_block;
   int64_t n;
   float* y;
 };

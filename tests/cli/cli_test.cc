@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_split.h"
 
@@ -143,6 +144,36 @@ TEST_F(CliTest, CpuStageNamesItsKernelAndAnIgnoredRequest) {
   EXPECT_NE(warning.find("LAYERPIPE_MATMUL_ISA=avx9 ignored: not one of avx2, avx512f, avx512bf16"), std::string::npos)
       << r.err;
   EXPECT_EQ(Slurp(out), logits);
+  std::filesystem::remove(out);
+}
+
+// Prefill's two ways of widening the weights (24 tokens: more rows than decode's tiles take) give the
+// same logits, the line names the one it runs, and a value naming neither is a warning.
+TEST_F(CliTest, PrefillWideningsGiveTheSameLogits) {
+  const std::string out = ::testing::TempDir() + "/cli_widen_" + std::to_string(getpid()) + ".npy";
+  std::string ids = "2";
+  for (int i = 0; i < 23; ++i) ids += "," + std::to_string(5 + 7 * i);
+  const std::string score = "score --model " + *model_ + " --ids " + ids + " --logits-out " + out;
+  std::vector<std::string> logits;
+  for (const char* widening : {"registers", "block", "sideways"}) {
+    setenv("LAYERPIPE_MATMUL_WIDEN", widening, 1);
+    Result r = RunCli(score);
+    unsetenv("LAYERPIPE_MATMUL_WIDEN");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::string line = LineWith(r.err, "] CPU stages: ");
+    if (std::string(widening) == "sideways") {
+      EXPECT_EQ(line.substr(0, 1), "W") << r.err;
+      EXPECT_NE(line.find("LAYERPIPE_MATMUL_WIDEN=sideways ignored: not one of registers, block"), std::string::npos)
+          << r.err;
+    } else {
+      EXPECT_EQ(line.substr(0, 1), "I") << r.err;
+      EXPECT_NE(line.find(std::string("prefill widening ") + widening), std::string::npos) << r.err;
+    }
+    logits.push_back(Slurp(out));
+    ASSERT_FALSE(logits.back().empty());
+  }
+  EXPECT_EQ(logits[1], logits[0]);
+  EXPECT_EQ(logits[2], logits[0]);
   std::filesystem::remove(out);
 }
 

@@ -40,11 +40,14 @@ Problem MakeProblem(int64_t m, int64_t k, int64_t n, uint32_t seed) {
   return p;
 }
 
-std::vector<float> Compute(MatmulIsa isa, const Problem& p, ThreadPool& pool, bool x_as_bf16) {
+std::vector<float> Compute(MatmulIsa isa, const Problem& p, ThreadPool& pool, bool x_as_bf16,
+                           MatmulWidening widening = ActiveMatmulWidening()) {
   std::vector<float> y(p.m * p.n, std::nanf(""));
-  MatmulBf16WithIsa(isa, p.x.data(), p.m, p.k, p.w.data(), p.n, y.data(), pool, x_as_bf16);
+  MatmulBf16WithIsa(isa, p.x.data(), p.m, p.k, p.w.data(), p.n, y.data(), pool, x_as_bf16, widening);
   return y;
 }
+
+constexpr MatmulWidening kWidenings[] = {MatmulWidening::kRegisters, MatmulWidening::kBlock};
 
 // Sequential roundings in one output's sum, at most: the column order runs one chain of k fused
 // multiply-adds, the AVX-512 BF16 order one of k/2 vdpbf16ps steps of up to 2 roundings each.
@@ -164,7 +167,7 @@ float ColumnOrderDot(const float* x, const uint16_t* w, int64_t k) {
 // groups at a time, as n = 247 gives each of 2 threads, more rows 2 at a time, row-major weights transposed in
 // 64 pairs up to 8 rows and 1024 beyond), blocked rows with partial row tiles, columns across groups, partial
 // groups, vectors and tiles, k across chunks and ragged or odd ends; row-major weights and, for even k, the
-// same weights stored tiled.
+// same weights stored tiled. Prefill both ways of widening the weights (in registers, or once into a block).
 TEST(MatmulTest, ColumnOrderKernelsAreOneFusedChainPerOutput) {
   ThreadPool pool(2);
   for (int64_t m : {1, 2, 3, 5, 8, 9, 17, 66, 259}) {
@@ -178,18 +181,22 @@ TEST(MatmulTest, ColumnOrderKernelsAreOneFusedChainPerOutput) {
             if (isa == MatmulIsa::kAvx512Bf16 && x_as_bf16) continue;  // its own order
             std::vector<float> xr(p.x);
             if (x_as_bf16) RoundRowToBf16(xr.data(), xr.data(), static_cast<int64_t>(xr.size()));
-            std::vector<std::vector<float>> results = {Compute(isa, p, pool, x_as_bf16)};
-            if (CanTileRows(k)) {
-              results.emplace_back(m * n, std::nanf(""));
-              MatmulBf16TiledWithIsa(isa, p.x.data(), m, k, tiled.data(), n, results.back().data(), pool, x_as_bf16);
-            }
-            for (size_t t = 0; t < results.size(); ++t) {
-              for (int64_t i = 0; i < m; ++i) {
-                for (int64_t j = 0; j < n; ++j) {
-                  const float expected = ColumnOrderDot(xr.data() + i * k, p.w.data() + j * k, k);
-                  ASSERT_EQ(std::bit_cast<uint32_t>(results[t][i * n + j]), std::bit_cast<uint32_t>(expected))
-                      << Label(isa, x_as_bf16) << (t == 1 ? " tiled" : " row-major") << " m=" << m << " n=" << n
-                      << " k=" << k << " (" << i << ", " << j << ")";
+            for (MatmulWidening widening : kWidenings) {
+              std::vector<std::vector<float>> results = {Compute(isa, p, pool, x_as_bf16, widening)};
+              if (CanTileRows(k)) {
+                results.emplace_back(m * n, std::nanf(""));
+                MatmulBf16TiledWithIsa(isa, p.x.data(), m, k, tiled.data(), n, results.back().data(), pool, x_as_bf16,
+                                       widening);
+              }
+              for (size_t t = 0; t < results.size(); ++t) {
+                for (int64_t i = 0; i < m; ++i) {
+                  for (int64_t j = 0; j < n; ++j) {
+                    const float expected = ColumnOrderDot(xr.data() + i * k, p.w.data() + j * k, k);
+                    ASSERT_EQ(std::bit_cast<uint32_t>(results[t][i * n + j]), std::bit_cast<uint32_t>(expected))
+                        << Label(isa, x_as_bf16) << (t == 1 ? " tiled" : " row-major") << " widening "
+                        << MatmulWideningName(widening) << " m=" << m << " n=" << n << " k=" << k << " (" << i << ", "
+                        << j << ")";
+                  }
                 }
               }
             }
@@ -299,15 +306,18 @@ TEST(MatmulTest, RowsBeyondTheFirstPassOfXKeepTheirBits) {
   TileRowsInPlace(tiled.data(), n, k);
   for (MatmulIsa isa : RunnableIsas()) {
     for (bool x_as_bf16 : {true, false}) {
-      std::vector<float> all(m * n), tiled_all(m * n);
-      MatmulBf16WithIsa(isa, p.x.data(), m, k, p.w.data(), n, all.data(), pool, x_as_bf16);
-      MatmulBf16TiledWithIsa(isa, p.x.data(), m, k, tiled.data(), n, tiled_all.data(), pool, x_as_bf16);
-      ASSERT_TRUE(SameBits(all.data(), tiled_all.data(), m * n)) << Label(isa, x_as_bf16);
-      for (int64_t i : {int64_t{0}, int64_t{135}, int64_t{136}, int64_t{239}, int64_t{240}, int64_t{399},
-                        int64_t{400}, int64_t{799}, int64_t{800}, m - 1}) {
-        std::vector<float> one(n);
-        MatmulBf16WithIsa(isa, p.x.data() + i * k, 1, k, p.w.data(), n, one.data(), pool, x_as_bf16);
-        ASSERT_TRUE(SameBits(one.data(), all.data() + i * n, n)) << Label(isa, x_as_bf16) << " row " << i;
+      for (MatmulWidening widening : kWidenings) {
+        const std::string label = Label(isa, x_as_bf16) + " widening " + std::string(MatmulWideningName(widening));
+        std::vector<float> all(m * n), tiled_all(m * n);
+        MatmulBf16WithIsa(isa, p.x.data(), m, k, p.w.data(), n, all.data(), pool, x_as_bf16, widening);
+        MatmulBf16TiledWithIsa(isa, p.x.data(), m, k, tiled.data(), n, tiled_all.data(), pool, x_as_bf16, widening);
+        ASSERT_TRUE(SameBits(all.data(), tiled_all.data(), m * n)) << label;
+        for (int64_t i : {int64_t{0}, int64_t{135}, int64_t{136}, int64_t{239}, int64_t{240}, int64_t{399},
+                          int64_t{400}, int64_t{799}, int64_t{800}, m - 1}) {
+          std::vector<float> one(n);
+          MatmulBf16WithIsa(isa, p.x.data() + i * k, 1, k, p.w.data(), n, one.data(), pool, x_as_bf16);
+          ASSERT_TRUE(SameBits(one.data(), all.data() + i * n, n)) << label << " row " << i;
+        }
       }
     }
   }
