@@ -33,10 +33,11 @@ enum class MatmulIsa { kAvx2, kAvx512F, kAvx512Bf16 };
 // CPU generations can still produce bit-identical tokens, or to compare kernels) or avx512f (the column
 // order on an AVX-512 BF16 machine, as every machine without BF16 runs it). Read once per process.
 MatmulIsa ActiveMatmulIsa();
-// How the fp32 kernels (kAvx2, kAvx512F) widen bf16 weights in prefill (more than 8 rows): in registers
-// in every row tile that reads them (two vector ALU operations per pair of values), or once per chunk
-// into an fp32 block every row tile then reads. The first is faster where those operations have ports
-// of their own (AMD Zen), the second where they share the FMA ports (Intel cores). Same bits.
+// How the fp32 kernels (kAvx2, kAvx512F) widen bf16 weights in prefill: in registers in every row tile
+// that reads them (two vector ALU operations per pair of values), or, with kBlock and enough rows (AVX2
+// 32, AVX-512F 128), once per chunk into an fp32 block every row tile then reads. The first is faster
+// where those operations have ports of their own (AMD Zen), the second where they share the FMA ports
+// (Intel cores). Same bits.
 enum class MatmulWidening { kRegisters, kBlock };
 // The CPU's better choice (kBlock on Intel, kRegisters elsewhere) unless $LAYERPIPE_MATMUL_WIDEN names
 // one (registers, block). Read once per process.

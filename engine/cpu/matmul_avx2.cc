@@ -16,12 +16,13 @@
 // a time transposed in registers (OneRowRowMajor): more streams per core.
 //
 // Where widening in registers takes the FMA ports' slots (PairProblem::widen_block: Intel cores, whose
-// 256-bit shifts issue only on the two FMA ports), prefill (more than kFewRows rows) widens each chunk
-// once into an fp32 block in L2 instead (value q of the 48 columns back to back), and tiles of 4 rows x
-// 24 columns (12 accumulators, 3 weight vectors and a broadcast of the 16 ymm registers) pass over it
-// with no vector ALU work. On a 2-core Emerald Rapids VM, one thread, weights in L2: 64 rows 68 -> 79 %
-// of the FMA peak, 256 rows 67 -> 87 % (the in-place tiles there: two widening operations per four
-// fused multiply-adds, six of every 18 FMA-port slots).
+// 256-bit shifts issue only on the two FMA ports), prefill of kBlockMinRows rows or more widens each
+// chunk once into an fp32 block in L2 instead (value q of the 48 columns back to back), and tiles of 4
+// rows x 24 columns (12 accumulators, 3 weight vectors and a broadcast of the 16 ymm registers) pass
+// over it with no vector ALU work. On a 2-core Emerald Rapids VM, one thread, % of the FMA peak,
+// weights in L2: 32 rows 68 -> 71, 64 rows 68 -> 79, 256 rows 67 -> 87 (the in-place tiles there: two
+// widening operations per four fused multiply-adds, six of every 18 FMA-port slots); 16 rows 65 -> 60
+// (the widening pass costs more than the few tiles gain).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -49,6 +50,7 @@ constexpr int64_t kBlockChunkPairs = 512;
 constexpr int kBlockRows = 4;
 constexpr int kBlockVectors = 3;
 constexpr int64_t kBlockCols = kBlockVectors * kLanes;
+constexpr int64_t kBlockMinRows = 32;
 static_assert(kTileRows == 2 * kBlockCols);
 constexpr int64_t kFewRowsTransposedChunkPairs = 64;
 // Rows of x per pass over all column groups (each group reads them again, from L3 while they fit;
@@ -418,7 +420,7 @@ void WidenedBlockColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, i
 void PassColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
   const int64_t pairs = Pairs(p);
   const bool few = i_end - i_begin <= kFewRows;
-  if (!few && p.widen_block) {
+  if (i_end - i_begin >= kBlockMinRows && p.widen_block) {
     WidenedBlockColumns(p, i_begin, i_end, j_begin, j_end);
     return;
   }

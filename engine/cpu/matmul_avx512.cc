@@ -23,6 +23,7 @@ namespace {
 // x as rows of bf16 pairs (ldx counts bf16 values); one vdpbf16ps per pair, row and vector.
 struct Dot {
   using X = uint32_t;
+  static constexpr bool kWidensInBlock = false;  // nothing to widen: vdpbf16ps reads bf16 pairs
   static int64_t RowStride(int64_t ldx) { return ldx / 2; }
   static constexpr int64_t kLdxBytes = 2;
   // Two groups' accumulators fit beside their weights up to 4 rows (24 + 6 of 32 registers).

@@ -22,7 +22,7 @@ constexpr int64_t EqualPart(int64_t total, int64_t most, int64_t multiple) {
 }
 
 // The kernels' per-thread scratch buffers (thread_scratch.h), one per use.
-enum class Slot { kActivations, kPackedWeights, kPartialSums };
+enum class Slot { kActivations, kPackedWeights, kWidenedWeights, kPartialSums };
 using layerpipe::ThreadScratch;
 
 // Decode on row-major weights reads them in place, a tile's columns one weight row each. Taken from

@@ -21,6 +21,7 @@
 //   static int64_t RowStride(int64_t ldx) x's row stride in X elements, from PairProblem::ldx
 //   static constexpr int64_t kLdxBytes;   bytes per unit of ldx
 //   static constexpr int kPairRowsMax;    rows up to which decode reads two tiled groups at once
+//   static constexpr bool kWidensInBlock; x is fp32 and prefill may widen a block once (widen_block)
 //   template <int S, int R, int V> static void Pair(const X* x, int64_t ldx, int64_t p,
 //       const __m512i (&w)[S][V], __m512 (&acc)[S][R][V]);   acc[s][r][v] += x row r's pair p . w[s][v]
 // and then PairColumns(p, j_begin, j_end) computes y[:, j_begin:j_end). Its callers check the CPU first.
@@ -162,6 +163,68 @@ LP_PAIR_TARGET void Store(const PairProblem& p, int64_t i, int64_t j, int64_t co
       _mm512_store_ps(lanes, acc[r][v]);
       for (int64_t l = 0; l < std::min<int64_t>(kLanes, cols - v * kLanes); ++l) y[(v * kLanes + l) * step] = lanes[l];
     }
+  }
+}
+
+// Widened blocks (Dot::kWidensInBlock and PairProblem::widen_block: where the vector shifts and masks
+// that widen bf16 in registers take the FMA ports' slots, as on Intel cores, 6 of every 54 per pair in
+// Tile): from kWidenedMinRows rows, each block of pairs is widened once to fp32, value 2q + e of the
+// 48 columns at out[(2q + e) * kTileRows ..], and the row tiles read it with no ALU work. On a 2-core
+// Emerald Rapids VM, one thread, % of the 512-bit FMA peak, weights in L2 / from DRAM: 128 rows 83 / 82
+// -> 87 / 87, 256 rows 83 / 82 -> 89 / 90; but 64 rows 87 / 84 -> 82 / 83 and 32 rows 81 -> 68 (the
+// widening pass, its stores above all, costs about a row tile).
+constexpr int64_t kWidenedPairs = 512;  // 192 KiB of fp32, in L2 beside x's part and the next block
+constexpr int64_t kWidenedMinRows = 128;
+
+// Pairs [p_begin, p_end) of `vectors` vectors of the panel w, widened into out.
+LP_PAIR_TARGET void WidenBlock(const Panel& w, int64_t vectors, int64_t p_begin, int64_t p_end, float* out) {
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const uint32_t* src = w.base + (p_begin - w.p0) * w.stride;
+  for (int64_t q = p_begin; q < p_end; ++q, src += w.stride, out += 2 * kTileRows) {
+    for (int64_t v = 0; v < vectors; ++v) {
+      const __m512i pairs = _mm512_maskz_loadu_epi32(w.masks[v], src + v * kLanes);
+      _mm512_store_ps(out + v * kLanes, _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16)));
+      _mm512_store_ps(out + kTileRows + v * kLanes, _mm512_castsi512_ps(_mm512_and_si512(pairs, high)));
+    }
+  }
+}
+
+// Tile over a widened block (pairs [p_begin, p_end) from `block`), the products in Dot::Pair's order:
+// value 2q for every row, then 2q + 1. Lanes past cols are zeros in the block; Store writes only cols.
+template <int R, int V>
+LP_PAIR_TARGET void WidenedTile(const PairProblem& p, int64_t i, int64_t j, int64_t cols, const float* block,
+                                int64_t p_begin, int64_t p_end, float* park, int64_t park_ld, LineWalk walk) {
+  const bool first = p_begin == 0, last = p_end == Pairs(p);
+  __m512 acc[R][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) acc[r][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + r * park_ld + v * kLanes);
+  }
+  const float* x = static_cast<const float*>(p.x) + i * p.ldx + 2 * p_begin;
+  for (int64_t q = p_begin; q < p_end; ++q, x += 2, block += 2 * kTileRows) {
+    walk.Step();
+#pragma GCC unroll 2
+    for (int e = 0; e < 2; ++e) {
+      __m512 w[V];
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) w[v] = _mm512_load_ps(block + e * kTileRows + v * kLanes);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512 xb = _mm512_set1_ps(x[r * p.ldx + e]);
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(xb, w[v], acc[r][v]);
+      }
+    }
+  }
+  if (last) {
+    Store<R, V>(p, i, j, cols, acc);
+    return;
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) _mm512_store_ps(park + r * park_ld + v * kLanes, acc[r][v]);
   }
 }
 
@@ -361,6 +424,12 @@ template <int R, int V>
 struct MaskedEntry {
   static constexpr TileFn kFn = &Tile<R, V, true>;
 };
+using WidenedTileFn = void (*)(const PairProblem&, int64_t, int64_t, int64_t, const float*, int64_t, int64_t, float*,
+                               int64_t, LineWalk);
+template <int R, int V>
+struct WidenedEntry {
+  static constexpr WidenedTileFn kFn = &WidenedTile<R, V>;
+};
 constexpr auto kStreamTiles = TileTable<StreamEntry, kTileRowsX, kVectors>();
 constexpr PairFn kGroupPairs[] = {&StreamGroupPair<1>, &StreamGroupPair<2>, &StreamGroupPair<3>,
                                   &StreamGroupPair<4>};
@@ -368,6 +437,7 @@ constexpr int kPairRowsMax = Dot::kPairRowsMax;
 static_assert(kPairRowsMax <= static_cast<int>(std::size(kGroupPairs)));
 constexpr auto kFullTiles = TileTable<FullEntry, kTileRowsX, kVectors>();
 constexpr auto kMaskedTiles = TileTable<MaskedEntry, kTileRowsX, kVectors>();
+constexpr auto kWidenedTiles = TileTable<WidenedEntry, kTileRowsX, kVectors>();
 
 int64_t VectorsFor(int64_t cols) { return (cols + kLanes - 1) / kLanes; }
 
@@ -421,10 +491,12 @@ void StreamTiledColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
 void BlockedColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
   const int64_t pairs = Pairs(p);
   const int64_t m = i_end - i_begin;
-  const int64_t most_pairs = m <= kFewRows ? kFewRowsPackPairs : kPackPairs;
+  const bool widen = Dot::kWidensInBlock && p.widen_block && m >= kWidenedMinRows;
+  const int64_t most_pairs = widen ? kWidenedPairs : m <= kFewRows ? kFewRowsPackPairs : kPackPairs;
   const int64_t chunk = EqualPart(pairs, most_pairs, kLanes);
   uint32_t* packed = p.w_tiled ? nullptr : ThreadScratch<uint32_t, Slot::kPackedWeights>(chunk * kTileRows);
   float* park = chunk < pairs ? ThreadScratch<float, Slot::kPartialSums>(m * kTileRows) : nullptr;
+  float* widened = widen ? ThreadScratch<float, Slot::kWidenedWeights>(2 * chunk * kTileRows) : nullptr;
   const int64_t row_tiles = (m + kTileRowsX - 1) / kTileRowsX;
   for (int64_t j = j_begin; j < j_end;) {
     const int64_t cols = GroupCols(p, j, j_end);
@@ -441,6 +513,16 @@ void BlockedColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_
         w = MakePanel(packed, c0, kTileRows, cols);
       }
       const NextBlock next = NextBlockOf(p, j, cols, c1, chunk, j_end);
+      if (widen) {
+        WidenBlock(w, vectors, c0, c1, widened);
+        for (int64_t i = i_begin, t = 0; i < i_end; i += kTileRowsX, ++t) {
+          const LineWalk walk = TileWalk(next, t, row_tiles, c1 - c0, w.base);
+          const int64_t rows = std::min<int64_t>(kTileRowsX, i_end - i);
+          kWidenedTiles[rows - 1][vectors - 1](p, i, j, cols, widened, c0, c1,
+                                               park ? park + (i - i_begin) * kTileRows : nullptr, kTileRows, walk);
+        }
+        continue;
+      }
       const auto& tiles = masked ? kMaskedTiles : kFullTiles;
       for (int64_t i = i_begin, t = 0; i < i_end; i += kTileRowsX, ++t) {
         const LineWalk walk = TileWalk(next, t, row_tiles, c1 - c0, w.base);
