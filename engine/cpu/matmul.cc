@@ -172,10 +172,15 @@ const IsaChoice& ActiveChoice() {
   return choice;
 }
 
+bool CpuIsIntel() {
+  static const bool intel = __builtin_cpu_is("intel");
+  return intel;
+}
+
 // Intel cores issue 256-bit shifts only on the two FMA ports and 512-bit vector ALU work only on the
 // FMA ports; AMD Zen has vector ALU pipes beside its FMA pipes.
 WideningChoice ChooseWidening() {
-  const MatmulWidening best = __builtin_cpu_is("intel") ? MatmulWidening::kBlock : MatmulWidening::kRegisters;
+  const MatmulWidening best = CpuIsIntel() ? MatmulWidening::kBlock : MatmulWidening::kRegisters;
   const char* env = std::getenv("LAYERPIPE_MATMUL_WIDEN");
   const std::string wanted = env != nullptr ? env : "";
   if (wanted.empty()) return {best, ""};
@@ -190,6 +195,10 @@ const WideningChoice& ActiveWidening() {
 }
 
 }  // namespace
+
+namespace matmul_internal {
+bool GroupPairsPrefetchAhead() { return CpuIsIntel(); }
+}  // namespace matmul_internal
 
 MatmulIsa ActiveMatmulIsa() { return ActiveChoice().isa; }
 MatmulWidening ActiveMatmulWidening() { return ActiveWidening().widening; }

@@ -113,6 +113,10 @@ void ForRowPasses(int64_t m, int64_t row_bytes, int64_t most_bytes, int64_t most
   for (int64_t i = 0; i < m; i += rows) fn(i, std::min(m, i + rows));
 }
 
+// Whether the AVX-512 kernels' decode prefetches each of its two tiled weight streams ahead: on Intel
+// cores, whose hardware prefetchers left them short of the read bandwidth (AMD Zen's were slowed by it).
+bool GroupPairsPrefetchAhead();
+
 // Compute y[:, j_begin:j_end): x bf16 in the AVX-512 BF16 order (only where the CPU supports AVX-512
 // BF16), x fp32 in the column order (on AVX2 registers, or where the CPU supports AVX-512 F, BW and VL
 // on AVX-512 ones: the same bits).
