@@ -169,31 +169,22 @@ LP_PAIR_TARGET void Store(const PairProblem& p, int64_t i, int64_t j, int64_t co
 // Widened blocks (Dot::kWidensInBlock and PairProblem::widen_block: where the vector shifts and masks
 // that widen bf16 in registers take the FMA ports' slots, as on Intel cores, 6 of every 54 per pair in
 // Tile): from kWidenedMinRows rows, each block of pairs is widened once to fp32, value 2q + e of the
-// 48 columns at out[(2q + e) * kTileRows ..], and the row tiles read it with no ALU work. On a 2-core
-// Emerald Rapids VM, one thread, % of the 512-bit FMA peak, weights in L2 / from DRAM: 128 rows 83 / 82
-// -> 87 / 87, 256 rows 83 / 82 -> 89 / 90; but 64 rows 87 / 84 -> 82 / 83 and 32 rows 81 -> 68 (the
-// widening pass, its stores above all, costs about a row tile).
+// 48 columns at out[(2q + e) * kTileRows ..], by the first row tile, and the others read it with no ALU
+// work. On a 2-core Emerald Rapids VM, one thread, weights from DRAM, % of the 512-bit FMA peak: 48 rows
+// 84 -> 87, 64 rows 83 -> 89, 128 rows 81 -> 90, 256 rows 82 -> 90; 16 and 32 rows a wash. (Widened in
+// a pass of its own before the tiles, 64 rows fell to 82 % and 32 rows to 68 %: the pass cost about a
+// row tile.)
 constexpr int64_t kWidenedPairs = 512;  // 192 KiB of fp32, in L2 beside x's part and the next block
-constexpr int64_t kWidenedMinRows = 128;
+constexpr int64_t kWidenedMinRows = 48;
 
-// Pairs [p_begin, p_end) of `vectors` vectors of the panel w, widened into out.
-LP_PAIR_TARGET void WidenBlock(const Panel& w, int64_t vectors, int64_t p_begin, int64_t p_end, float* out) {
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  const uint32_t* src = w.base + (p_begin - w.p0) * w.stride;
-  for (int64_t q = p_begin; q < p_end; ++q, src += w.stride, out += 2 * kTileRows) {
-    for (int64_t v = 0; v < vectors; ++v) {
-      const __m512i pairs = _mm512_maskz_loadu_epi32(w.masks[v], src + v * kLanes);
-      _mm512_store_ps(out + v * kLanes, _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16)));
-      _mm512_store_ps(out + kTileRows + v * kLanes, _mm512_castsi512_ps(_mm512_and_si512(pairs, high)));
-    }
-  }
-}
-
-// Tile over a widened block (pairs [p_begin, p_end) from `block`), the products in Dot::Pair's order:
-// value 2q for every row, then 2q + 1. Lanes past cols are zeros in the block; Store writes only cols.
-template <int R, int V>
-LP_PAIR_TARGET void WidenedTile(const PairProblem& p, int64_t i, int64_t j, int64_t cols, const float* block,
-                                int64_t p_begin, int64_t p_end, float* park, int64_t park_ld, LineWalk walk) {
+// Tile over a widened block (pairs [p_begin, p_end) at `block`), the products in Dot::Pair's order:
+// value 2q for every row, then 2q + 1. The block's first row tile (kWiden) widens the pairs of `raw` in
+// registers as Tile does and stores them to the block for the others (lanes past cols zero), which
+// costs it 6 stores a pair rather than a pass of its own over the block. Store writes only cols.
+template <int R, int V, bool kWiden>
+LP_PAIR_TARGET void WidenedTile(const PairProblem& p, int64_t i, int64_t j, int64_t cols, const Panel& raw,
+                                float* block, int64_t p_begin, int64_t p_end, float* park, int64_t park_ld,
+                                LineWalk walk) {
   const bool first = p_begin == 0, last = p_end == Pairs(p);
   __m512 acc[R][V];
 #pragma GCC unroll 8
@@ -202,13 +193,28 @@ LP_PAIR_TARGET void WidenedTile(const PairProblem& p, int64_t i, int64_t j, int6
     for (int v = 0; v < V; ++v) acc[r][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + r * park_ld + v * kLanes);
   }
   const float* x = static_cast<const float*>(p.x) + i * p.ldx + 2 * p_begin;
-  for (int64_t q = p_begin; q < p_end; ++q, x += 2, block += 2 * kTileRows) {
+  const uint32_t* src = raw.base + (p_begin - raw.p0) * raw.stride;
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t q = p_begin; q < p_end; ++q, x += 2, block += 2 * kTileRows, src += raw.stride) {
     walk.Step();
+    __m512i pairs[V];
+    if constexpr (kWiden) {
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) pairs[v] = _mm512_maskz_loadu_epi32(raw.masks[v], src + v * kLanes);
+    }
 #pragma GCC unroll 2
     for (int e = 0; e < 2; ++e) {
       __m512 w[V];
 #pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) w[v] = _mm512_load_ps(block + e * kTileRows + v * kLanes);
+      for (int v = 0; v < V; ++v) {
+        float* at = block + e * kTileRows + v * kLanes;
+        if constexpr (kWiden) {
+          w[v] = _mm512_castsi512_ps(e == 0 ? _mm512_slli_epi32(pairs[v], 16) : _mm512_and_si512(pairs[v], high));
+          _mm512_store_ps(at, w[v]);
+        } else {
+          w[v] = _mm512_load_ps(at);
+        }
+      }
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const __m512 xb = _mm512_set1_ps(x[r * p.ldx + e]);
@@ -424,11 +430,14 @@ template <int R, int V>
 struct MaskedEntry {
   static constexpr TileFn kFn = &Tile<R, V, true>;
 };
-using WidenedTileFn = void (*)(const PairProblem&, int64_t, int64_t, int64_t, const float*, int64_t, int64_t, float*,
-                               int64_t, LineWalk);
-template <int R, int V>
-struct WidenedEntry {
-  static constexpr WidenedTileFn kFn = &WidenedTile<R, V>;
+using WidenedTileFn = void (*)(const PairProblem&, int64_t, int64_t, int64_t, const Panel&, float*, int64_t, int64_t,
+                               float*, int64_t, LineWalk);
+template <bool kWiden>
+struct WidenedEntries {
+  template <int R, int V>
+  struct Entry {
+    static constexpr WidenedTileFn kFn = &WidenedTile<R, V, kWiden>;
+  };
 };
 constexpr auto kStreamTiles = TileTable<StreamEntry, kTileRowsX, kVectors>();
 // [prefetch ahead][rows - 1].
@@ -441,7 +450,10 @@ constexpr int kPairRowsMax = Dot::kPairRowsMax;
 static_assert(kPairRowsMax <= static_cast<int>(std::size(kGroupPairs[0])));
 constexpr auto kFullTiles = TileTable<FullEntry, kTileRowsX, kVectors>();
 constexpr auto kMaskedTiles = TileTable<MaskedEntry, kTileRowsX, kVectors>();
-constexpr auto kWidenedTiles = TileTable<WidenedEntry, kTileRowsX, kVectors>();
+// [the tile widens the block][rows - 1][vectors - 1].
+constexpr decltype(TileTable<WidenedEntries<false>::Entry, kTileRowsX, kVectors>()) kWidenedTiles[2] = {
+    TileTable<WidenedEntries<false>::Entry, kTileRowsX, kVectors>(),
+    TileTable<WidenedEntries<true>::Entry, kTileRowsX, kVectors>()};
 
 int64_t VectorsFor(int64_t cols) { return (cols + kLanes - 1) / kLanes; }
 
@@ -520,12 +532,12 @@ void BlockedColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_
       }
       const NextBlock next = NextBlockOf(p, j, cols, c1, chunk, j_end);
       if (widen) {
-        WidenBlock(w, vectors, c0, c1, widened);
         for (int64_t i = i_begin, t = 0; i < i_end; i += kTileRowsX, ++t) {
           const LineWalk walk = TileWalk(next, t, row_tiles, c1 - c0, w.base);
           const int64_t rows = std::min<int64_t>(kTileRowsX, i_end - i);
-          kWidenedTiles[rows - 1][vectors - 1](p, i, j, cols, widened, c0, c1,
-                                               park ? park + (i - i_begin) * kTileRows : nullptr, kTileRows, walk);
+          kWidenedTiles[t == 0][rows - 1][vectors - 1](p, i, j, cols, w, widened, c0, c1,
+                                                       park ? park + (i - i_begin) * kTileRows : nullptr, kTileRows,
+                                                       walk);
         }
         continue;
       }
