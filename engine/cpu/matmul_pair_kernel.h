@@ -166,6 +166,32 @@ LP_PAIR_TARGET void Store(const PairProblem& p, int64_t i, int64_t j, int64_t co
   }
 }
 
+// A prefill tile's sums: +0 for the chunk that starts k, else those parked (a row's vectors one after
+// another, rows park_ld floats apart) by the chunk before; the chunk that ends k writes y, the others park.
+template <int R, int V>
+LP_PAIR_TARGET __attribute__((always_inline)) inline void LoadPartialSums(bool first, const float* park,
+                                                                          int64_t park_ld, __m512 (&acc)[R][V]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) acc[r][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + r * park_ld + v * kLanes);
+  }
+}
+template <int R, int V>
+LP_PAIR_TARGET __attribute__((always_inline)) inline void FinishTile(const PairProblem& p, int64_t i, int64_t j,
+                                                                     int64_t cols, bool last, float* park,
+                                                                     int64_t park_ld, const __m512 (&acc)[R][V]) {
+  if (last) {
+    Store<R, V>(p, i, j, cols, acc);
+    return;
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) _mm512_store_ps(park + r * park_ld + v * kLanes, acc[r][v]);
+  }
+}
+
 // Widened blocks (Dot::kWidensInBlock and PairProblem::widen_block: where the vector shifts and masks
 // that widen bf16 in registers take the FMA ports' slots, as on Intel cores, 6 of every 54 per pair in
 // Tile): from kWidenedMinRows rows, each block of pairs is widened once to fp32, value 2q + e of the
@@ -185,13 +211,8 @@ template <int R, int V, bool kWiden>
 LP_PAIR_TARGET void WidenedTile(const PairProblem& p, int64_t i, int64_t j, int64_t cols, const Panel& raw,
                                 float* block, int64_t p_begin, int64_t p_end, float* park, int64_t park_ld,
                                 LineWalk walk) {
-  const bool first = p_begin == 0, last = p_end == Pairs(p);
   __m512 acc[R][V];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) acc[r][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + r * park_ld + v * kLanes);
-  }
+  LoadPartialSums(p_begin == 0, park, park_ld, acc);
   const float* x = static_cast<const float*>(p.x) + i * p.ldx + 2 * p_begin;
   const uint32_t* src = raw.base + (p_begin - raw.p0) * raw.stride;
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
@@ -223,39 +244,17 @@ LP_PAIR_TARGET void WidenedTile(const PairProblem& p, int64_t i, int64_t j, int6
       }
     }
   }
-  if (last) {
-    Store<R, V>(p, i, j, cols, acc);
-    return;
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) _mm512_store_ps(park + r * park_ld + v * kLanes, acc[r][v]);
-  }
+  FinishTile(p, i, j, cols, p_end == Pairs(p), park, park_ld, acc);
 }
 
-// Rows i.. x columns [j, j + cols) over pairs [p_begin, p_end). Partial sums live in `park` (a row's
-// vectors one after another, rows park_ld floats apart) between k chunks; the chunk that ends k writes y.
+// Rows i.. x columns [j, j + cols) over pairs [p_begin, p_end), partial sums parked between k chunks.
 template <int R, int V, bool kMasked>
 LP_PAIR_TARGET void Tile(const PairProblem& p, int64_t i, int64_t j, int64_t cols, const Panel& w,
                          int64_t p_begin, int64_t p_end, float* park, int64_t park_ld, LineWalk walk) {
-  const bool first = p_begin == 0, last = p_end == Pairs(p);
   __m512 acc[R][V];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) acc[r][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + r * park_ld + v * kLanes);
-  }
+  LoadPartialSums(p_begin == 0, park, park_ld, acc);
   Accumulate<R, V, kMasked, Prefetch::kNextBlock>(XPairs(p, i), XPairStride(p), w, p_begin, p_end, acc, walk);
-  if (last) {
-    Store<R, V>(p, i, j, cols, acc);
-    return;
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) _mm512_store_ps(park + r * park_ld + v * kLanes, acc[r][v]);
-  }
+  FinishTile(p, i, j, cols, p_end == Pairs(p), park, park_ld, acc);
 }
 
 // Row-major weight rows j, j + step, .. (rows <= 16 of them), pairs [pb, pb + 16) of each, one row a
