@@ -21,8 +21,8 @@
 // rows x 24 columns (12 accumulators, 3 weight vectors and a broadcast of the 16 ymm registers) pass
 // over it with no vector ALU work. On a 2-core Emerald Rapids VM, one thread, % of the FMA peak,
 // weights in L2: 32 rows 68 -> 71, 64 rows 68 -> 79, 256 rows 67 -> 87 (the in-place tiles there: two
-// widening operations per four fused multiply-adds, six of every 18 FMA-port slots); 16 rows 65 -> 60
-// (the widening pass costs more than the few tiles gain).
+// widening operations per four fused multiply-adds, up to a third of the FMA ports' slots); 16 rows
+// 65 -> 60 (the widening pass costs more than the few tiles gain).
 #include <immintrin.h>
 
 #include <algorithm>
