@@ -95,7 +95,8 @@ __attribute__((always_inline)) inline void PrefetchAhead(const uint32_t* pair) {
 }
 
 // Block of pairs [p0, p1) of columns [j, j + cols) (within one group) of tiled weights, widened: value
-// 2(p - p0) + e of column c at out[(2(p - p0) + e) * kTileRows + c]; columns past cols are zero.
+// 2(p - p0) + e of column c at out[(2(p - p0) + e) * kTileRows + c]; columns past cols are zero. The
+// block's row tiles brought the pairs into cache while they ran over the block before (TileWalk).
 void WidenTiled(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64_t p1, float* out) {
   int64_t g = 0;
   const uint32_t* src = TiledPairs(p, j, p0, &g);
@@ -103,7 +104,6 @@ void WidenTiled(const PairProblem& p, int64_t j, int64_t cols, int64_t p0, int64
   const bool ragged = cols % kLanes != 0;
   const __m256i last = LaneMask(cols - (vectors - 1) * kLanes);
   for (int64_t q = p0; q < p1; ++q, src += g, out += 2 * kTileRows) {
-    PrefetchAhead(src);
     for (int v = 0; v < vectors; ++v) {
       const int* at = reinterpret_cast<const int*>(src + v * kLanes);
       const __m256i pairs = ragged && v == vectors - 1 ? _mm256_maskload_epi32(at, last)
@@ -235,11 +235,14 @@ __attribute__((always_inline)) inline void StoreSums(float* y, int64_t n, bool m
 }
 
 // Rows [i, i + R) x widened block columns [h, h + kBlockCols) over the block's `values` values of k, x
-// from column q0 on. The first chunk of k starts from +0, the others from the sums y holds; the first
-// `cols` columns of y are written.
+// from column q0 on, walking its share of the next chunk into cache a line a step, so the widening
+// pass reads it from there rather than from DRAM with its own prefetch (one thread, Emerald Rapids VM,
+// weights from DRAM: 32 rows 67 -> 73 %, 64 rows 76 -> 80 %, 128 rows 81 -> 83 % of the FMA peak). The
+// first chunk of k starts from +0, the others from the sums y holds; the first `cols` columns of y are
+// written.
 template <int R>
 void BlockTile(const PairProblem& p, int64_t i, int64_t q0, const float* block, int64_t values, float* y,
-               int64_t cols, bool first) {
+               int64_t cols, bool first, LineWalk walk) {
   const float* x = static_cast<const float*>(p.x) + i * p.ldx + q0;
   __m256i masks[kBlockVectors];
 #pragma GCC unroll 4
@@ -248,6 +251,7 @@ void BlockTile(const PairProblem& p, int64_t i, int64_t q0, const float* block, 
   __m256 acc[R][kBlockVectors];
   LoadSums(y, p.n, first, masked, masks, acc);
   for (int64_t q = 0; q < values; ++q, block += kTileRows) {
+    walk.Step();
     __m256 w[kBlockVectors];
 #pragma GCC unroll 4
     for (int v = 0; v < kBlockVectors; ++v) w[v] = _mm256_load_ps(block + v * kLanes);
@@ -261,7 +265,8 @@ void BlockTile(const PairProblem& p, int64_t i, int64_t q0, const float* block, 
   StoreSums(y, p.n, masked, masks, acc);
 }
 
-using BlockTileFn = void (*)(const PairProblem&, int64_t, int64_t, const float*, int64_t, float*, int64_t, bool);
+using BlockTileFn = void (*)(const PairProblem&, int64_t, int64_t, const float*, int64_t, float*, int64_t, bool,
+                             LineWalk);
 template <int R, int>
 struct BlockTileEntry {
   static constexpr BlockTileFn kFn = &BlockTile<R>;
@@ -406,10 +411,14 @@ void WidenedBlockColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, i
       } else {
         WidenRowMajor(p, j, cols, c0, c1, block);
       }
+      const NextBlock next = p.w_tiled ? NextBlockOf(p, j, cols, c1, chunk, j_end) : NextBlock{};
+      const int64_t tiles = 2 * ((i_end - i_begin + kBlockRows - 1) / kBlockRows);
+      int64_t t = 0;
       for (int64_t i = i_begin; i < i_end; i += kBlockRows) {
         const BlockTileFn tile = kBlockTiles[std::min<int64_t>(kBlockRows, i_end - i) - 1][0];
-        for (int64_t h = 0; h < cols; h += kBlockCols) {
-          tile(p, i, 2 * c0, block + h, 2 * (c1 - c0), p.y + i * p.n + j + h, std::min(kBlockCols, cols - h), c0 == 0);
+        for (int64_t h = 0; h < cols; h += kBlockCols, ++t) {
+          tile(p, i, 2 * c0, block + h, 2 * (c1 - c0), p.y + i * p.n + j + h, std::min(kBlockCols, cols - h), c0 == 0,
+               TileWalk(next, t, tiles, 2 * (c1 - c0), block));
         }
       }
     }
