@@ -44,15 +44,15 @@ static_assert(kTileRows % kLanes == 0, "a tiled group is whole vectors");
 // that it stays there; from 9 rows on a block of 1024 pairs ran 1-3 % faster than one of 64).
 constexpr int64_t kFewRows = 8;
 constexpr int64_t kChunkPairs = 1024;
-// Pairs of k per widened block: 512 (192 KiB of fp32 in L2, reused by every row tile).
+constexpr int64_t kFewRowsTransposedChunkPairs = 64;
+// Widened blocks (widen_block, from kBlockMinRows rows): 512 pairs of k (192 KiB of fp32 in L2, reused
+// by every row tile), register tiles of kBlockRows rows x kBlockVectors vectors (a half group).
 constexpr int64_t kBlockChunkPairs = 512;
-// Widened-block register tile: kBlockRows rows x kBlockVectors vectors (a half group).
 constexpr int kBlockRows = 4;
 constexpr int kBlockVectors = 3;
 constexpr int64_t kBlockCols = kBlockVectors * kLanes;
 constexpr int64_t kBlockMinRows = 32;
 static_assert(kTileRows == 2 * kBlockCols);
-constexpr int64_t kFewRowsTransposedChunkPairs = 64;
 // Rows of x per pass over all column groups (each group reads them again, from L3 while they fit;
 // each pass streams all the weights again): at most kPassRows rows and kPassBytes of x.
 constexpr int64_t kPassBytes = int64_t{8} << 20;
@@ -402,6 +402,7 @@ void WidenedBlockColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, i
   const int64_t pairs = Pairs(p);
   const int64_t chunk = EqualPart(pairs, kBlockChunkPairs, kLanes);
   float* block = ThreadScratch<float, Slot::kPackedWeights>(2 * chunk * kTileRows);
+  const int64_t tiles = 2 * ((i_end - i_begin + kBlockRows - 1) / kBlockRows);  // row tiles x half groups
   for (int64_t j = j_begin; j < j_end;) {
     const int64_t cols = GroupCols(p, j, j_end);
     for (int64_t c0 = 0; c0 < pairs; c0 += chunk) {
@@ -412,7 +413,6 @@ void WidenedBlockColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, i
         WidenRowMajor(p, j, cols, c0, c1, block);
       }
       const NextBlock next = p.w_tiled ? NextBlockOf(p, j, cols, c1, chunk, j_end) : NextBlock{};
-      const int64_t tiles = 2 * ((i_end - i_begin + kBlockRows - 1) / kBlockRows);
       int64_t t = 0;
       for (int64_t i = i_begin; i < i_end; i += kBlockRows) {
         const BlockTileFn tile = kBlockTiles[std::min<int64_t>(kBlockRows, i_end - i) - 1][0];

@@ -492,13 +492,15 @@ void StreamTiledColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
   const int64_t full_begin = std::min(RoundUp(j_begin, kTileRows), j_end);
   const int64_t full_end = std::max(full_begin, j_end / kTileRows * kTileRows);
   StreamColumns(p, j_begin, full_begin);
-  ForSegmentedTiles(full_begin / kTileRows, full_end / kTileRows, 2, [&p](int64_t g, int64_t step, int64_t groups) {
+  const PairFn pair = kGroupPairs[GroupPairsPrefetchAhead()][p.m - 1];
+  const auto groups_at = [&p, pair](int64_t g, int64_t step, int64_t groups) {
     if (groups == 2) {
-      kGroupPairs[GroupPairsPrefetchAhead()][p.m - 1](p, g * kTileRows, (g + step) * kTileRows);
+      pair(p, g * kTileRows, (g + step) * kTileRows);
     } else {
       StreamColumns(p, g * kTileRows, (g + 1) * kTileRows);
     }
-  });
+  };
+  ForSegmentedTiles(full_begin / kTileRows, full_end / kTileRows, 2, groups_at);
   StreamColumns(p, full_end, j_end);
 }
 
