@@ -21,8 +21,10 @@
 // rows x 24 columns (12 accumulators, 3 weight vectors and a broadcast of the 16 ymm registers) pass
 // over it with no vector ALU work. On a 2-core Emerald Rapids VM, one thread, % of the FMA peak,
 // weights in L2: 32 rows 68 -> 71, 64 rows 68 -> 79, 256 rows 67 -> 87 (the in-place tiles there: two
-// widening operations per four fused multiply-adds, up to a third of the FMA ports' slots); 16 rows
-// 65 -> 60 (the widening pass costs more than the few tiles gain).
+// widening operations per four fused multiply-adds, up to a third of the FMA ports' slots). On a whole
+// tiled group the block's first row tile (2 rows, in place) stores what it widens, so no pass of its
+// own does (WideningTile): `bench_matmul --isa=avx2`, same VM, 2 threads, old and new alternating,
+// tiled weights: 32 rows 73-77 -> 77-81 %, 64 rows 80-84 -> 81-87 %, 128 rows 83-88 -> 85-88 %.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -46,12 +48,14 @@ constexpr int64_t kFewRows = 8;
 constexpr int64_t kChunkPairs = 1024;
 constexpr int64_t kFewRowsTransposedChunkPairs = 64;
 // Widened blocks (widen_block, from kBlockMinRows rows): 512 pairs of k (192 KiB of fp32 in L2, reused
-// by every row tile), register tiles of kBlockRows rows x kBlockVectors vectors (a half group).
+// by every row tile), register tiles of kBlockRows rows x kBlockVectors vectors (a half group). Below
+// 24 rows the block's tiles gain less than its widening costs (2 threads, same VM: 16 rows 72-74 % in
+// place, 64-70 % in a block; 20 rows a wash; 24 rows 71-75 -> 75-79 %).
 constexpr int64_t kBlockChunkPairs = 512;
 constexpr int kBlockRows = 4;
 constexpr int kBlockVectors = 3;
 constexpr int64_t kBlockCols = kBlockVectors * kLanes;
-constexpr int64_t kBlockMinRows = 32;
+constexpr int64_t kBlockMinRows = 24;
 static_assert(kTileRows == 2 * kBlockCols);
 // Rows of x per pass over all column groups (each group reads them again, from L3 while they fit;
 // each pass streams all the weights again): at most kPassRows rows and kPassBytes of x.
@@ -236,10 +240,10 @@ __attribute__((always_inline)) inline void StoreSums(float* y, int64_t n, bool m
 
 // Rows [i, i + R) x widened block columns [h, h + kBlockCols) over the block's `values` values of k, x
 // from column q0 on, walking its share of the next chunk into cache a line a step, so the widening
-// pass reads it from there rather than from DRAM with its own prefetch (one thread, Emerald Rapids VM,
-// weights from DRAM: 32 rows 67 -> 73 %, 64 rows 76 -> 80 %, 128 rows 81 -> 83 % of the FMA peak). The
-// first chunk of k starts from +0, the others from the sums y holds; the first `cols` columns of y are
-// written.
+// reads it from there rather than from DRAM (one thread, Emerald Rapids VM, weights from DRAM, with a
+// widening pass of its own: 32 rows 67 -> 73 %, 64 rows 76 -> 80 %, 128 rows 81 -> 83 % of the FMA
+// peak). The first chunk of k starts from +0, the others from the sums y holds; the first `cols`
+// columns of y are written.
 template <int R>
 void BlockTile(const PairProblem& p, int64_t i, int64_t q0, const float* block, int64_t values, float* y,
                int64_t cols, bool first, LineWalk walk) {
@@ -282,37 +286,52 @@ constexpr auto kBlockTiles = TileTable<BlockTileEntry, kBlockRows, 1>();
 // vector (ymm13) and two broadcasts (ymm14-15) at a time, so the sums and the mask fill the other 13.
 // The AVX2 kernel on a 2-core Zen 5 VM, alternating calls: with the weights in L2, 2 rows 153 -> 211
 // GFLOP/s and 4 rows 160 -> 220 (~90 % of the FMA peak); from memory 2 rows 11 % and 4 rows 13 % faster.
-#define LP_EVEN_VALUES(v, offset)                                                                            \
+// kKeep (the first row tile over a widened block, WideningTile): each widened vector is also stored
+// to `out`, value 2p of vector v at out[8v], 2p + 1 at out[kTileRows + 8v].
+#define LP_EVEN_VALUES(v, offset, keep)                                                                      \
   "vmovdqu " offset "(%[w]), %%ymm13\n\t"                                                                   \
-  "vpslld $16, %%ymm13, %%ymm13\n\t"                                                                        \
+  "vpslld $16, %%ymm13, %%ymm13\n\t" keep(offset)                                                           \
   "vfmadd231ps %%ymm13, %%ymm14, %[a0" v "]\n\t"                                                            \
   "vfmadd231ps %%ymm13, %%ymm15, %[a1" v "]\n\t"
-#define LP_ODD_VALUES(v, offset)                                                                             \
-  "vpand " offset "(%[w]), %[odd], %%ymm13\n\t"                                                             \
+#define LP_ODD_VALUES(v, offset, keep)                                                                       \
+  "vpand " offset "(%[w]), %[odd], %%ymm13\n\t" keep("192+" offset)                                         \
   "vfmadd231ps %%ymm13, %%ymm14, %[a0" v "]\n\t"                                                            \
   "vfmadd231ps %%ymm13, %%ymm15, %[a1" v "]\n\t"
-static_assert(kGroupVectors == 6, "the assembly step covers a group of 6 vectors");
+#define LP_KEEP(offset) "vmovaps %%ymm13, " offset "(%[out])\n\t"
+#define LP_DROP(offset) ""
+// The assembler may take an instruction only AVX-512 encodes (a shift of a memory operand is one),
+// which would fault on the machines this kernel is for: with AVX-512F off it rejects them instead.
+#define LP_GROUP_PAIR(keep)                                                                                  \
+  ".arch .noavx512f\n\t"                                                                                    \
+  "vbroadcastss (%[x0]), %%ymm14\n\t"                                                                       \
+  "vbroadcastss (%[x1]), %%ymm15\n\t"                                                                       \
+  LP_EVEN_VALUES("0", "0", keep) LP_EVEN_VALUES("1", "32", keep) LP_EVEN_VALUES("2", "64", keep)             \
+  LP_EVEN_VALUES("3", "96", keep) LP_EVEN_VALUES("4", "128", keep) LP_EVEN_VALUES("5", "160", keep)          \
+  "vbroadcastss 4(%[x0]), %%ymm14\n\t"                                                                      \
+  "vbroadcastss 4(%[x1]), %%ymm15\n\t"                                                                      \
+  LP_ODD_VALUES("0", "0", keep) LP_ODD_VALUES("1", "32", keep) LP_ODD_VALUES("2", "64", keep)                \
+  LP_ODD_VALUES("3", "96", keep) LP_ODD_VALUES("4", "128", keep) LP_ODD_VALUES("5", "160", keep)             \
+  : [a00] "+x"(acc[0][0]), [a01] "+x"(acc[0][1]), [a02] "+x"(acc[0][2]), [a03] "+x"(acc[0][3]),             \
+    [a04] "+x"(acc[0][4]), [a05] "+x"(acc[0][5]), [a10] "+x"(acc[1][0]), [a11] "+x"(acc[1][1]),             \
+    [a12] "+x"(acc[1][2]), [a13] "+x"(acc[1][3]), [a14] "+x"(acc[1][4]), [a15] "+x"(acc[1][5])              \
+  : [x0] "r"(x0), [x1] "r"(x1), [w] "r"(w), [odd] "x"(odd), [out] "r"(out)                                  \
+  : "xmm13", "xmm14", "xmm15", "memory"
+static_assert(kGroupVectors == 6 && kTileRows == 48, "the assembly step covers a group of 6 vectors");
+template <bool kKeep>
 __attribute__((always_inline)) inline void TwoRowGroupPair(const float* x0, const float* x1, const uint32_t* w,
-                                                           __m256i odd, __m256 (&acc)[2][kGroupVectors]) {
-  // The assembler may take an instruction only AVX-512 encodes (a shift of a memory operand is one),
-  // which would fault on the machines this kernel is for: with AVX-512F off it rejects them instead.
-  asm(".arch .noavx512f\n\t"
-      "vbroadcastss (%[x0]), %%ymm14\n\t"
-      "vbroadcastss (%[x1]), %%ymm15\n\t"
-      LP_EVEN_VALUES("0", "0") LP_EVEN_VALUES("1", "32") LP_EVEN_VALUES("2", "64")
-      LP_EVEN_VALUES("3", "96") LP_EVEN_VALUES("4", "128") LP_EVEN_VALUES("5", "160")
-      "vbroadcastss 4(%[x0]), %%ymm14\n\t"
-      "vbroadcastss 4(%[x1]), %%ymm15\n\t"
-      LP_ODD_VALUES("0", "0") LP_ODD_VALUES("1", "32") LP_ODD_VALUES("2", "64")
-      LP_ODD_VALUES("3", "96") LP_ODD_VALUES("4", "128") LP_ODD_VALUES("5", "160")
-      : [a00] "+x"(acc[0][0]), [a01] "+x"(acc[0][1]), [a02] "+x"(acc[0][2]), [a03] "+x"(acc[0][3]),
-        [a04] "+x"(acc[0][4]), [a05] "+x"(acc[0][5]), [a10] "+x"(acc[1][0]), [a11] "+x"(acc[1][1]),
-        [a12] "+x"(acc[1][2]), [a13] "+x"(acc[1][3]), [a14] "+x"(acc[1][4]), [a15] "+x"(acc[1][5])
-      : [x0] "r"(x0), [x1] "r"(x1), [w] "r"(w), [odd] "x"(odd)
-      : "xmm13", "xmm14", "xmm15", "memory");
+                                                           __m256i odd, __m256 (&acc)[2][kGroupVectors],
+                                                           float* out = nullptr) {
+  if constexpr (kKeep) {
+    asm(LP_GROUP_PAIR(LP_KEEP));
+  } else {
+    asm(LP_GROUP_PAIR(LP_DROP));
+  }
 }
 #undef LP_EVEN_VALUES
 #undef LP_ODD_VALUES
+#undef LP_KEEP
+#undef LP_DROP
+#undef LP_GROUP_PAIR
 
 // How a tile prefetches: not at all (a transposed block in L1 or L2), its own stream ahead (it reads
 // the chunk from memory), or the next chunk (it reads this one from L2: NextChunkWalk). Chosen at
@@ -341,7 +360,7 @@ void InPlaceTile(const PairProblem& p, int64_t i, int64_t p0, const uint32_t* w,
     const __m256i odd = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
     for (int64_t q = 0; q < pairs; ++q, w += stride) {
       PrefetchStep<kPrefetch>(walk, w);
-      TwoRowGroupPair(x + 2 * q, x + p.ldx + 2 * q, w, odd, acc);
+      TwoRowGroupPair<false>(x + 2 * q, x + p.ldx + 2 * q, w, odd, acc);
     }
     StoreSums(y, p.n, kMasked, masks, acc);
     return;
@@ -384,6 +403,26 @@ constexpr const InPlaceTable* kInPlaceByPrefetch[3] = {&kInPlaceTiles<kMasked, P
                                                        &kInPlaceTiles<kMasked, Prefetch::kNextChunk>};
 constexpr const InPlaceTable* const* kInPlace[2] = {kInPlaceByPrefetch<false>, kInPlaceByPrefetch<true>};
 
+// The first row tile over a widened block of a whole tiled group: rows i, i + 1 x the group's 48 columns
+// over `pairs` pairs from p0, read in place and widened in registers as InPlaceTile does, each widened
+// vector also stored to `block` (WidenTiled's layout) for the block tiles of the rows after. Storing
+// them as it goes costs it 12 stores a pair rather than a widening pass of its own over the block.
+void WideningTile(const PairProblem& p, int64_t i, int64_t p0, const uint32_t* w, int64_t stride, int64_t pairs,
+                  float* block, float* y, bool first, LineWalk walk) {
+  const float* x = static_cast<const float*>(p.x) + i * p.ldx + 2 * p0;
+  __m256i masks[kGroupVectors];
+#pragma GCC unroll 8
+  for (int v = 0; v < kGroupVectors; ++v) masks[v] = LaneMask(kLanes);
+  __m256 acc[2][kGroupVectors];
+  LoadSums(y, p.n, first, false, masks, acc);
+  const __m256i odd = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t q = 0; q < pairs; ++q, w += stride, block += 2 * kTileRows) {
+    walk.Step();
+    TwoRowGroupPair<true>(x + 2 * q, x + p.ldx + 2 * q, w, odd, acc, block);
+  }
+  StoreSums(y, p.n, false, masks, acc);
+}
+
 // Row tile t of `tiles` over a chunk of tiled weights: the first reads the chunk from memory,
 // prefetching its own stream ahead, and with 3 tiles or more the others, which read it from L2, bring
 // the next chunk into L2 between them, a share each, a step at a time (inc 0: no walk). The AVX2 kernel
@@ -397,24 +436,33 @@ LineWalk NextChunkWalk(const NextBlock& next, int64_t t, int64_t tiles, int64_t 
 }
 
 // Prefill where widening in registers would take FMA slots: each chunk of a group widened once into a
-// block (widen_block), then every row tile over it.
+// block (widen_block), then every row tile over it. On a whole tiled group the first two rows' tile
+// widens the chunk as it goes (WideningTile); otherwise a pass of its own does, before the tiles.
 void WidenedBlockColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
   const int64_t pairs = Pairs(p);
   const int64_t chunk = EqualPart(pairs, kBlockChunkPairs, kLanes);
   float* block = ThreadScratch<float, Slot::kPackedWeights>(2 * chunk * kTileRows);
-  const int64_t tiles = 2 * ((i_end - i_begin + kBlockRows - 1) / kBlockRows);  // row tiles x half groups
   for (int64_t j = j_begin; j < j_end;) {
     const int64_t cols = GroupCols(p, j, j_end);
+    const bool widening_tile = p.w_tiled && cols == kTileRows;
+    const int64_t i_blocks = widening_tile ? i_begin + kInPlaceRows : i_begin;
+    // Row tiles x half groups, and the widening tile.
+    const int64_t tiles = 2 * ((i_end - i_blocks + kBlockRows - 1) / kBlockRows) + (widening_tile ? 1 : 0);
     for (int64_t c0 = 0; c0 < pairs; c0 += chunk) {
       const int64_t c1 = std::min(c0 + chunk, pairs);
-      if (p.w_tiled) {
+      const NextBlock next = p.w_tiled ? NextBlockOf(p, j, cols, c1, chunk, j_end) : NextBlock{};
+      int64_t t = 0;
+      if (widening_tile) {
+        int64_t stride = 0;
+        const uint32_t* w = TiledPairs(p, j, c0, &stride);
+        WideningTile(p, i_begin, c0, w, stride, c1 - c0, block, p.y + i_begin * p.n + j, c0 == 0,
+                     TileWalk(next, t++, tiles, c1 - c0, w));
+      } else if (p.w_tiled) {
         WidenTiled(p, j, cols, c0, c1, block);
       } else {
         WidenRowMajor(p, j, cols, c0, c1, block);
       }
-      const NextBlock next = p.w_tiled ? NextBlockOf(p, j, cols, c1, chunk, j_end) : NextBlock{};
-      int64_t t = 0;
-      for (int64_t i = i_begin; i < i_end; i += kBlockRows) {
+      for (int64_t i = i_blocks; i < i_end; i += kBlockRows) {
         const BlockTileFn tile = kBlockTiles[std::min<int64_t>(kBlockRows, i_end - i) - 1][0];
         for (int64_t h = 0; h < cols; h += kBlockCols, ++t) {
           tile(p, i, 2 * c0, block + h, 2 * (c1 - c0), p.y + i * p.n + j + h, std::min(kBlockCols, cols - h), c0 == 0,
