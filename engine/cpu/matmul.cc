@@ -198,6 +198,7 @@ const WideningChoice& ActiveWidening() {
 
 namespace matmul_internal {
 bool GroupPairsPrefetchAhead() { return CpuIsIntel(); }
+bool SecondRowTileWalksNextChunk() { return CpuIsIntel(); }
 }  // namespace matmul_internal
 
 MatmulIsa ActiveMatmulIsa() { return ActiveChoice().isa; }

@@ -424,13 +424,15 @@ void WideningTile(const PairProblem& p, int64_t i, int64_t p0, const uint32_t* w
 }
 
 // Row tile t of `tiles` over a chunk of tiled weights: the first reads the chunk from memory,
-// prefetching its own stream ahead, and with 3 tiles or more the others, which read it from L2, bring
-// the next chunk into L2 between them, a share each, a step at a time (inc 0: no walk). The AVX2 kernel
-// on a 2-core Zen 5 VM, alternating calls: 5-8 rows 4-34 % faster, 8 rows 15 % (216 GFLOP/s, the rate
-// with the weights in L2); 2 tiles (3-4 rows), where one tile would ask for 3 lines a step, 5 % slower,
-// so they do not.
-LineWalk NextChunkWalk(const NextBlock& next, int64_t t, int64_t tiles, int64_t steps) {
-  if (t == 0 || tiles < 3 || next.rows == 0) return LineWalk{nullptr, 0, 1, 0, 0};
+// prefetching its own stream ahead, and with min_tiles tiles or more the others, which read it from L2,
+// bring the next chunk into L2 between them, a share each, a step at a time (inc 0: no walk). The AVX2
+// kernel on a 2-core Zen 5 VM, alternating calls: 5-8 rows 4-34 % faster, 8 rows 15 % (216 GFLOP/s, the
+// rate with the weights in L2); 2 tiles (3-4 rows), where one tile would ask for 3 lines a step, 5 %
+// slower, so min_tiles is 3 there. On a 2-core Emerald Rapids VM 2 tiles walk (min_tiles 2,
+// SecondRowTileWalksNextChunk): `bench_matmul --isa=avx2 --decode-only`, 4 rows 61-64 -> 71-76 % of the
+// read (2 pairs); asking for every line of the share (3 a step) instead, 60-64 %.
+LineWalk NextChunkWalk(const NextBlock& next, int64_t t, int64_t tiles, int64_t min_tiles, int64_t steps) {
+  if (t == 0 || tiles < min_tiles || next.rows == 0) return LineWalk{nullptr, 0, 1, 0, 0};
   const int64_t share = (next.bytes + tiles - 2) / (tiles - 1);
   return LineWalk{next.begin + (t - 1) * share, 0, int64_t{1} << 62, 0, std::max<int64_t>(1, (share + steps - 1) / steps)};
 }
@@ -484,6 +486,7 @@ void PassColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j
   const int64_t chunk = EqualPart(pairs, p.w_tiled || !few ? kChunkPairs : kFewRowsTransposedChunkPairs, kLanes);
   uint32_t* block = p.w_tiled ? nullptr : ThreadScratch<uint32_t, Slot::kPackedWeights>(chunk * kTileRows);
   const int64_t row_tiles = (i_end - i_begin + kInPlaceRows - 1) / kInPlaceRows;
+  const int64_t min_walk_tiles = SecondRowTileWalksNextChunk() ? 2 : 3;
   for (int64_t j = j_begin; j < j_end;) {
     const int64_t cols = GroupCols(p, j, j_end);
     const int vectors = static_cast<int>((cols + kLanes - 1) / kLanes);
@@ -498,7 +501,7 @@ void PassColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j
       }
       const NextBlock next = p.w_tiled ? NextBlockOf(p, j, cols, c1, chunk, j_end) : NextBlock{};
       for (int64_t i = i_begin, t = 0; i < i_end; i += kInPlaceRows, ++t) {
-        const LineWalk walk = NextChunkWalk(next, t, row_tiles, c1 - c0);
+        const LineWalk walk = NextChunkWalk(next, t, row_tiles, min_walk_tiles, c1 - c0);
         const Prefetch prefetch = !p.w_tiled ? Prefetch::kNone : walk.inc > 0 ? Prefetch::kNextChunk : Prefetch::kAhead;
         const InPlaceTable& tiles = *kInPlace[cols % kLanes != 0][static_cast<int>(prefetch)];
         tiles[std::min<int64_t>(kInPlaceRows, i_end - i) - 1][vectors - 1](p, i, c0, w, stride, c1 - c0,
