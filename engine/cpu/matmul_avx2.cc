@@ -429,8 +429,8 @@ void WideningTile(const PairProblem& p, int64_t i, int64_t p0, const uint32_t* w
 // kernel on a 2-core Zen 5 VM, alternating calls: 5-8 rows 4-34 % faster, 8 rows 15 % (216 GFLOP/s, the
 // rate with the weights in L2); 2 tiles (3-4 rows), where one tile would ask for 3 lines a step, 5 %
 // slower, so min_tiles is 3 there. On a 2-core Emerald Rapids VM 2 tiles walk (min_tiles 2,
-// SecondRowTileWalksNextChunk): `bench_matmul --isa=avx2 --decode-only`, 4 rows 61-64 -> 71-76 % of the
-// read (2 pairs); asking for every line of the share (3 a step) instead, 60-64 %.
+// SecondRowTileWalksNextChunk): `bench_matmul --isa=avx2 --decode-only`, 4 rows 60-65 -> 71-76 % of the
+// read (3 pairs); asking for every line of the share (3 a step) instead, 60-64 %.
 LineWalk NextChunkWalk(const NextBlock& next, int64_t t, int64_t tiles, int64_t min_tiles, int64_t steps) {
   if (t == 0 || tiles < min_tiles || next.rows == 0) return LineWalk{nullptr, 0, 1, 0, 0};
   const int64_t share = (next.bytes + tiles - 2) / (tiles - 1);
