@@ -27,7 +27,7 @@ struct Dot {
   static int64_t RowStride(int64_t ldx) { return ldx / 2; }
   static constexpr int64_t kLdxBytes = 2;
   // Two groups' accumulators fit beside their weights up to 4 rows (24 + 6 of 32 registers).
-  static constexpr int kPairRowsMax[2] = {4, 4};
+  static constexpr int kPairRowsMax = 4;
   template <int S, int R, int V>
   LP_PAIR_TARGET __attribute__((always_inline)) static inline void Pair(const X* x, int64_t ldx, int64_t p,
                                                                         const __m512i (&w)[S][V],

@@ -32,12 +32,8 @@ struct Dot {
   static constexpr bool kWidensInBlock = true;
   static int64_t RowStride(int64_t ldx) { return ldx; }
   static constexpr int64_t kLdxBytes = 4;
-  // Two groups' accumulators and both groups' raw and widened weights fit up to 2 rows (12 + 12). On
-  // Intel cores (the pairs prefetch ahead) up to 4, though 4 rows spill three widened vectors a step:
-  // one thread, weights from DRAM, Emerald Rapids VM, 3 rows 38.5 -> 41.5 GFLOP/s, 4 rows 49-50 ->
-  // 53.5-54.5; `bench_matmul --decode-only` 4 rows 86-90 -> 91-98 % of the read. (Zen 5 read 94-108 %
-  // at 4 rows a group at a time: little to win there and the spills to pay, so unchanged.)
-  static constexpr int kPairRowsMax[2] = {2, 4};
+  // Two groups' accumulators and both groups' raw and widened weights fit up to 2 rows (12 + 12).
+  static constexpr int kPairRowsMax = 2;
   template <int S, int R, int V>
   LP_PAIR_TARGET __attribute__((always_inline)) static inline void Pair(const X* x, int64_t ldx, int64_t p,
                                                                         const __m512i (&w)[S][V],

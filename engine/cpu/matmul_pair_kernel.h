@@ -20,8 +20,7 @@
 //   using X = ...;                        x's element type in a row (bf16 pairs: uint32_t; fp32: float)
 //   static int64_t RowStride(int64_t ldx) x's row stride in X elements, from PairProblem::ldx
 //   static constexpr int64_t kLdxBytes;   bytes per unit of ldx
-//   static constexpr int kPairRowsMax[2]; rows up to which decode reads two tiled groups at once,
-//                                         [whether the pairs prefetch ahead: GroupPairsPrefetchAhead]
+//   static constexpr int kPairRowsMax;    rows up to which decode reads two tiled groups at once
 //   static constexpr bool kWidensInBlock; x is fp32 and prefill may widen a block once (widen_block)
 //   template <int S, int R, int V> static void Pair(const X* x, int64_t ldx, int64_t p,
 //       const __m512i (&w)[S][V], __m512 (&acc)[S][R][V]);   acc[s][r][v] += x row r's pair p . w[s][v]
@@ -446,7 +445,8 @@ constexpr PairFn kGroupPairs[2][4] = {
      &StreamGroupPair<4, Prefetch::kNone>},
     {&StreamGroupPair<1, Prefetch::kAhead>, &StreamGroupPair<2, Prefetch::kAhead>,
      &StreamGroupPair<3, Prefetch::kAhead>, &StreamGroupPair<4, Prefetch::kAhead>}};
-static_assert(std::max(Dot::kPairRowsMax[0], Dot::kPairRowsMax[1]) <= static_cast<int>(std::size(kGroupPairs[0])));
+constexpr int kPairRowsMax = Dot::kPairRowsMax;
+static_assert(kPairRowsMax <= static_cast<int>(std::size(kGroupPairs[0])));
 constexpr auto kFullTiles = TileTable<FullEntry, kTileRowsX, kVectors>();
 constexpr auto kMaskedTiles = TileTable<MaskedEntry, kTileRowsX, kVectors>();
 // [the tile widens the block][rows - 1][vectors - 1].
@@ -477,7 +477,7 @@ void StreamColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
 }
 
 // Tiled weights: a group is one stream, and a core reads one stream with arithmetic between the loads
-// slower than a plain read of it. Up to Dot::kPairRowsMax rows the whole groups go two at a time, one from
+// slower than a plain read of it. Up to kPairRowsMax rows the whole groups go two at a time, one from
 // each half of the thread's groups (ForSegmentedTiles): m = 1 on a 2-core Zen 5 VM, alternating in one
 // process, one stream read 87-106 % of the GB/s of a plain read of the same bytes, two 97-110 %. The
 // pairs run without software prefetch there, which made them 5-15 % slower; on Intel cores they
@@ -485,15 +485,14 @@ void StreamColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
 // runs, m = 1 90-95 -> 95-105 % of the plain read, m = 2 82-91 -> 93-101 %. A thread's first and last
 // group may be partial (ranges split groups; the matrix's last may be short), and go alone.
 void StreamTiledColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
-  const bool ahead = GroupPairsPrefetchAhead();
-  if (p.m > Dot::kPairRowsMax[ahead]) {
+  if (p.m > kPairRowsMax) {
     StreamColumns(p, j_begin, j_end);
     return;
   }
   const int64_t full_begin = std::min(RoundUp(j_begin, kTileRows), j_end);
   const int64_t full_end = std::max(full_begin, j_end / kTileRows * kTileRows);
   StreamColumns(p, j_begin, full_begin);
-  const PairFn pair = kGroupPairs[ahead][p.m - 1];
+  const PairFn pair = kGroupPairs[GroupPairsPrefetchAhead()][p.m - 1];
   const auto groups_at = [&p, pair](int64_t g, int64_t step, int64_t groups) {
     if (groups == 2) {
       pair(p, g * kTileRows, (g + step) * kTileRows);
