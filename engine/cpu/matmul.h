@@ -35,7 +35,7 @@ enum class MatmulIsa { kAvx2, kAvx512F, kAvx512Bf16 };
 MatmulIsa ActiveMatmulIsa();
 // How the fp32 kernels (kAvx2, kAvx512F) widen bf16 weights in prefill: in registers in every row tile
 // that reads them (two vector ALU operations per pair of values), or, with kBlock and enough rows (AVX2
-// 32, AVX-512F 48), once per chunk into an fp32 block every row tile then reads. The first is faster
+// 24, AVX-512F 48), once per chunk into an fp32 block every row tile then reads. The first is faster
 // where those operations have ports of their own (AMD Zen), the second where they share the FMA ports
 // (Intel cores). Same bits.
 enum class MatmulWidening { kRegisters, kBlock };

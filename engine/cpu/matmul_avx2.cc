@@ -343,6 +343,19 @@ __attribute__((always_inline)) inline void PrefetchStep(LineWalk& walk, const ui
   if constexpr (kPrefetch == Prefetch::kNextChunk) walk.Step();
 }
 
+// `pairs` pairs of a whole group (`stride` lanes apart) for rows x and x + ldx, a TwoRowGroupPair a
+// pair after its prefetch step; kKeep also stores the widened pairs to `out` (WideningTile).
+template <bool kKeep, Prefetch kPrefetch>
+__attribute__((always_inline)) inline void TwoRowGroupPairs(const float* x, int64_t ldx, const uint32_t* w,
+                                                            int64_t stride, int64_t pairs, LineWalk& walk,
+                                                            __m256 (&acc)[2][kGroupVectors], float* out = nullptr) {
+  const __m256i odd = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t q = 0; q < pairs; ++q, w += stride) {
+    PrefetchStep<kPrefetch>(walk, w);
+    TwoRowGroupPair<kKeep>(x + 2 * q, x + ldx + 2 * q, w, odd, acc, kKeep ? out + 2 * q * kTileRows : nullptr);
+  }
+}
+
 // Rows [i, i + R) x the first `cols` columns (V vectors, the last masked if kMasked) of the group panel
 // `w` (pairs `stride` lanes apart) over `pairs` pairs, x from pair p0 on, read in place and widened in
 // registers: a whole group's columns in one pass. The first chunk of k starts from +0, the others from
@@ -357,11 +370,7 @@ void InPlaceTile(const PairProblem& p, int64_t i, int64_t p0, const uint32_t* w,
   __m256 acc[R][V];
   LoadSums(y, p.n, first, kMasked, masks, acc);
   if constexpr (R == 2 && V == kGroupVectors && !kMasked) {
-    const __m256i odd = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-    for (int64_t q = 0; q < pairs; ++q, w += stride) {
-      PrefetchStep<kPrefetch>(walk, w);
-      TwoRowGroupPair<false>(x + 2 * q, x + p.ldx + 2 * q, w, odd, acc);
-    }
+    TwoRowGroupPairs<false, kPrefetch>(x, p.ldx, w, stride, pairs, walk, acc);
     StoreSums(y, p.n, kMasked, masks, acc);
     return;
   }
@@ -415,11 +424,7 @@ void WideningTile(const PairProblem& p, int64_t i, int64_t p0, const uint32_t* w
   for (int v = 0; v < kGroupVectors; ++v) masks[v] = LaneMask(kLanes);
   __m256 acc[2][kGroupVectors];
   LoadSums(y, p.n, first, false, masks, acc);
-  const __m256i odd = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  for (int64_t q = 0; q < pairs; ++q, w += stride, block += 2 * kTileRows) {
-    walk.Step();
-    TwoRowGroupPair<true>(x + 2 * q, x + p.ldx + 2 * q, w, odd, acc, block);
-  }
+  TwoRowGroupPairs<true, Prefetch::kNextChunk>(x, p.ldx, w, stride, pairs, walk, acc, block);
   StoreSums(y, p.n, false, masks, acc);
 }
 

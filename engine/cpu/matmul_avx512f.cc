@@ -28,7 +28,7 @@ namespace {
 // 3 widened vectors of one value at a time are live beside the 24 accumulators.
 struct Dot {
   using X = float;
-  // Prefill may widen each block once (PairProblem::widen_block; WidenBlock, WidenedTile).
+  // Prefill may widen each block once (PairProblem::widen_block; WidenedTile).
   static constexpr bool kWidensInBlock = true;
   static int64_t RowStride(int64_t ldx) { return ldx; }
   static constexpr int64_t kLdxBytes = 4;
