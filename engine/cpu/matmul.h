@@ -29,9 +29,12 @@ void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t
 //  - kAvx512Bf16: its own order on vdpbf16ps for bf16-x mode; fp32 mode runs the column order.
 enum class MatmulIsa { kAvx2, kAvx512F, kAvx512Bf16 };
 
-// The best ISA this CPU supports, unless $LAYERPIPE_MATMUL_ISA names another: avx2 (so a cluster mixing
-// CPU generations can still produce bit-identical tokens, or to compare kernels) or avx512f (the column
-// order on an AVX-512 BF16 machine, as every machine without BF16 runs it). Read once per process.
+// The fastest kernel this CPU runs: kAvx512Bf16 where it has AVX-512 BF16 and is not an Intel CPU
+// (whose cores run vdpbf16ps at half the 512-bit FMA rate), else kAvx512F where it has AVX-512 F/BW/VL,
+// else kAvx2; unless $LAYERPIPE_MATMUL_ISA names another: avx2 (so a cluster mixing CPU generations can
+// still produce bit-identical tokens, or to compare kernels), avx512f (the column order on an AMD
+// AVX-512 BF16 machine, as every machine without BF16 runs it) or avx512bf16 (vdpbf16ps on an Intel
+// one, as AMD ones run it). Read once per process.
 MatmulIsa ActiveMatmulIsa();
 // How the fp32 kernels (kAvx2, kAvx512F) widen bf16 weights in prefill: in registers in every row tile
 // that reads them (two vector ALU operations per pair of values), or, with kBlock and enough rows (AVX2
@@ -52,6 +55,8 @@ bool MatmulEnvRequestIgnored();
 // AVX-512 F, BW and VL (every AVX-512 server CPU since Skylake-SP): what the kAvx512F kernel needs;
 // without them it runs on AVX2 registers.
 bool CpuSupportsAvx512F();
+// AVX-512 F/BW/VL and BF16 per CPUID or, where CPUID hides BF16 (KVM guests of Sapphire/Emerald Rapids
+// and Zen 4/5 hosts) and $LAYERPIPE_ASSUME_AVX512_BF16=1, once a probe ran vdpbf16ps and got its result.
 bool CpuSupportsAvx512Bf16();
 std::string_view MatmulIsaName(MatmulIsa isa);
 

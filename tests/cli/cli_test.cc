@@ -22,6 +22,8 @@ struct Result {
   std::string err;  // stderr
 };
 
+bool IsIntelCpu() { return __builtin_cpu_is("intel"); }
+
 std::string Bin() {
   const char* b = std::getenv("LAYERPIPE_BIN");
   return std::string(b ? b : LAYERPIPE_BIN_DIR) + "/layerpipe";
@@ -145,6 +147,59 @@ TEST_F(CliTest, CpuStageNamesItsKernelAndAnIgnoredRequest) {
       << r.err;
   EXPECT_EQ(Slurp(out), logits);
   std::filesystem::remove(out);
+}
+
+// $LAYERPIPE_ASSUME_AVX512_BF16 is a request the line answers: granted only where vdpbf16ps ran (then
+// the line says so and BF16 is "yes"), a warning naming why where it was set aside, nothing where CPUID
+// shows BF16 anyway; a value other than 1 or 0 is a warning. The logits stay the default kernel's
+// where it does not make avx512bf16 the default kernel, which it does only off Intel CPUs.
+TEST_F(CliTest, AssumingAvx512Bf16IsGrantedOnlyWhereItRuns) {
+  const std::string out = ::testing::TempDir() + "/cli_assume_" + std::to_string(getpid());
+  auto score = [&](const std::string& name) {
+    return "score --model " + *model_ + " --ids 2,5,6 --logits-out " + out + name + ".npy";
+  };
+  unsetenv("LAYERPIPE_ASSUME_AVX512_BF16");  // "plain" is CPUID's word alone
+  Result plain = RunCli(score("plain"));
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  const std::string plain_line = LineWith(plain.err, "] CPU stages: ");
+  const bool cpuid_bf16 = plain_line.find("AVX-512 BF16 yes") != std::string::npos;
+  const bool avx512f = plain_line.find("AVX-512 F yes") != std::string::npos;
+
+  setenv("LAYERPIPE_ASSUME_AVX512_BF16", "yes", 1);
+  Result bad = RunCli(score("bad"));
+  setenv("LAYERPIPE_ASSUME_AVX512_BF16", "1", 1);
+  Result asked = RunCli(score("asked"));
+  unsetenv("LAYERPIPE_ASSUME_AVX512_BF16");
+  ASSERT_EQ(bad.code, 0) << bad.err;
+  ASSERT_EQ(asked.code, 0) << asked.err;
+  const std::string bad_line = LineWith(bad.err, "] CPU stages: ");
+  if (cpuid_bf16) {
+    EXPECT_EQ(bad_line.find("LAYERPIPE_ASSUME"), std::string::npos) << bad.err;
+  } else {
+    EXPECT_EQ(bad_line.substr(0, 1), "W") << bad.err;
+    EXPECT_NE(bad_line.find("LAYERPIPE_ASSUME_AVX512_BF16=yes ignored: not 1 or 0"), std::string::npos) << bad.err;
+  }
+  const std::string line = LineWith(asked.err, "] CPU stages: ");
+  const std::string assumed = "AVX-512 BF16 assumed (LAYERPIPE_ASSUME_AVX512_BF16=1): CPUID hides it, vdpbf16ps ran";
+  const bool granted = line.find(assumed) != std::string::npos;
+  if (cpuid_bf16) {
+    EXPECT_EQ(line.find("LAYERPIPE_ASSUME"), std::string::npos) << asked.err;
+  } else if (granted) {
+    EXPECT_EQ(line.substr(0, 1), "I") << asked.err;
+    EXPECT_NE(line.find("AVX-512 BF16 yes"), std::string::npos) << asked.err;
+  } else {
+    EXPECT_EQ(line.substr(0, 1), "W") << asked.err;
+    EXPECT_NE(line.find(avx512f ? "LAYERPIPE_ASSUME_AVX512_BF16=1 ignored: vdpbf16ps does not run here"
+                                : "LAYERPIPE_ASSUME_AVX512_BF16=1 ignored: this CPU lacks AVX-512 F/BW/VL"),
+              std::string::npos)
+        << asked.err;
+  }
+  const std::string kernel = " matmul kernel avx512bf16 ";
+  const bool bf16_default = plain_line.find(kernel) != std::string::npos || (granted && !IsIntelCpu());
+  EXPECT_EQ(line.find(kernel) != std::string::npos, bf16_default)
+      << "avx512bf16 is the default only off Intel CPUs:\n" << plain_line << "\n" << line;
+  if (line.find(kernel) == std::string::npos) EXPECT_EQ(Slurp(out + "asked.npy"), Slurp(out + "plain.npy"));
+  for (const char* name : {"plain", "bad", "asked"}) std::filesystem::remove(out + name + ".npy");
 }
 
 // Prefill's two ways of widening the weights (24 tokens: more rows than decode's tiles take) give the

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/cpu/kv_cache.h"
+#include "engine/cpu/matmul.h"
 #include "engine/model/bf16.h"
 
 namespace layerpipe {
@@ -62,7 +63,7 @@ struct Split {
 // Whether a bf16 cache's products run on fp32 values (false) or bf16 pairs (true): both where this
 // CPU runs the pairs, else only the first.
 std::vector<bool> DotPaths(Precision precision) {
-  if (precision == Precision::kBf16 && AttentionBf16DotDefault()) return {false, true};
+  if (precision == Precision::kBf16 && CpuSupportsAvx512Bf16()) return {false, true};
   return {false};
 }
 
@@ -208,7 +209,7 @@ TEST(AttentionTest, MatchesFloat64Reference) {
 // (one bf16 step of one weight: below 4e-3 here). A pair packed wrong or a weight left out is off by
 // 1e-2 and more, as is the unrounded reference (2-5e-2 here: the bf16 tier's error, not this one's).
 TEST(AttentionTest, Bf16PairsMatchTheirFloat64Reference) {
-  if (!AttentionBf16DotDefault()) GTEST_SKIP() << "no AVX-512 BF16 here";
+  if (!CpuSupportsAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16 here";
   for (const Shape& s : Shapes()) {
     const Inputs in = MakeInputs(s, Precision::kBf16, 7);
     const std::vector<double> ref = Reference(s, in, /*bf16_products=*/true);
