@@ -1,9 +1,10 @@
 #include "engine/cpu/instruction_probe.h"
 
 #include <immintrin.h>
-#include <cstdint>
 #include <setjmp.h>
 #include <signal.h>
+
+#include <cstdint>
 
 namespace layerpipe {
 namespace {
