@@ -134,7 +134,7 @@ namespace {
 // Only on request: a guest live-migrated to a host without the instruction would die of SIGILL.
 struct Bf16Assumption {
   bool granted;
-  std::string note;  // what the log says of the request; empty where none was made
+  std::string ignored;  // empty, or what was asked and why it was set aside
 };
 
 Bf16Assumption AssumeBf16() {
@@ -145,7 +145,7 @@ Bf16Assumption AssumeBf16() {
   if (wanted != "1") return {false, asked + " ignored: not 1 or 0"};
   if (!CpuSupportsAvx512F()) return {false, asked + " ignored: this CPU lacks AVX-512 F/BW/VL"};
   if (!Avx512Bf16DotRuns()) return {false, asked + " ignored: vdpbf16ps does not run here"};
-  return {true, "AVX-512 BF16 assumed (" + asked + "): CPUID hides it, vdpbf16ps ran"};
+  return {true, ""};
 }
 
 const Bf16Assumption& AssumedBf16() {
@@ -247,18 +247,20 @@ std::string MatmulKernelSummary() {
   std::string s = "matmul kernel " + std::string(MatmulIsaName(c.isa)) + " (CPU: AVX-512 F " +
                   (CpuSupportsAvx512F() ? "yes" : "no") + ", AVX-512 BF16 " + (CpuSupportsAvx512Bf16() ? "yes" : "no") +
                   "), prefill widening " + std::string(MatmulWideningName(ActiveMatmulWidening()));
-  if (!AssumedBf16().note.empty()) s += "; " + AssumedBf16().note;
+  if (AssumedBf16().granted) {
+    s += "; AVX-512 BF16 assumed (LAYERPIPE_ASSUME_AVX512_BF16=1): CPUID hides it, vdpbf16ps ran";
+  }
   if (CpuSupportsAvx512Bf16() && !Bf16DotOutrunsFma() && c.isa == MatmulIsa::kAvx512F) {
     s += "; not avx512bf16: vdpbf16ps runs at half the 512-bit FMA rate on Intel cores";
   }
   if (!c.ignored.empty()) s += "; " + c.ignored;
   if (!ActiveWidening().ignored.empty()) s += "; " + ActiveWidening().ignored;
+  if (!AssumedBf16().ignored.empty()) s += "; " + AssumedBf16().ignored;
   return s;
 }
 
 bool MatmulEnvRequestIgnored() {
-  return !ActiveChoice().ignored.empty() || !ActiveWidening().ignored.empty() ||
-         (!AssumedBf16().granted && !AssumedBf16().note.empty());
+  return !ActiveChoice().ignored.empty() || !ActiveWidening().ignored.empty() || !AssumedBf16().ignored.empty();
 }
 
 std::string_view MatmulIsaName(MatmulIsa isa) {
