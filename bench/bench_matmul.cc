@@ -2,7 +2,7 @@
 //
 // Prints the machine's sustained read bandwidth, the thread pool's per-call overhead, GB/s of weight
 // bytes for decode shapes (m = 1..8, memory-bound; held to a plain read of the same bytes timed alongside
-// the same way) and GFLOP/s for prefill shapes (m = 64..4096, compute-bound; held to the vdpbf16ps or
+// the same way, on the widest loads the CPU has) and GFLOP/s for prefill shapes (m = 64..4096, compute-bound; held to the vdpbf16ps or
 // FMA peak measured alongside each row), in both precision modes, on the weights stored tiled
 // (engine/model/tiled_rows.h), as a CPU stage loads them into huge pages, and row-major, as it reads them
 // with --huge-pages=false.
@@ -64,9 +64,22 @@ class PagedArray {
   std::vector<T> heap_;
 };
 
-// Sum of floats [b, e) of `buf` (b, e multiples of 32): a plain sequential read, one stream, as fast
-// as a core issues loads.
-__m256 ReadSum(const float* buf, int64_t b, int64_t e) {
+// Sum of floats [b, e) of `buf` (b, e multiples of 64): a plain sequential read, one stream, as fast
+// as a core issues loads. With AVX-512 the loads are whole 64-byte lines: on a 2-core Emerald Rapids VM
+// 256-bit loads read 24-25 GB/s where 512-bit ones read 29-31 (a line per load leaves the core room
+// for twice the misses in flight), and the kernels' decode loads 512 bits, so that is its roof.
+__attribute__((target("avx512f"))) float ReadSum512(const float* buf, int64_t b, int64_t e) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = b; i < e; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(buf + i));
+    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(buf + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(buf + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(buf + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+float ReadSum256(const float* buf, int64_t b, int64_t e) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (int64_t i = b; i < e; i += 32) {
     a0 = _mm256_add_ps(a0, _mm256_loadu_ps(buf + i));
@@ -74,7 +87,12 @@ __m256 ReadSum(const float* buf, int64_t b, int64_t e) {
     a2 = _mm256_add_ps(a2, _mm256_loadu_ps(buf + i + 16));
     a3 = _mm256_add_ps(a3, _mm256_loadu_ps(buf + i + 24));
   }
-  return _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  return _mm256_cvtss_f32(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
+float ReadSum(const float* buf, int64_t b, int64_t e) {
+  static const bool wide = CpuSupportsAvx512F();
+  return wide ? ReadSum512(buf, b, e) : ReadSum256(buf, b, e);
 }
 
 // One read of `floats` floats of `buf`, split over the pool's threads. Each thread stores its sum to a
@@ -83,8 +101,8 @@ void ReadOnce(ThreadPool& pool, const float* buf, int64_t floats) {
   static volatile float sink[256];
   pool.ParallelFor(pool.size(), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t b = floats * t / pool.size() / 32 * 32, e = floats * (t + 1) / pool.size() / 32 * 32;
-      sink[t % 256] = _mm256_cvtss_f32(ReadSum(buf, b, e));
+      const int64_t b = floats * t / pool.size() / 64 * 64, e = floats * (t + 1) / pool.size() / 64 * 64;
+      sink[t % 256] = ReadSum(buf, b, e);
     }
   });
 }
@@ -116,6 +134,7 @@ double PoolOverheadUs(ThreadPool& pool, int calls) {
 struct Shape {
   const char* name;
   int64_t n, k;
+  bool decode_only = false;  // a prefill of it would take minutes a row
 };
 
 struct Options {
@@ -170,10 +189,11 @@ PagedArray<uint16_t> TiledCopy(PagedArray<uint16_t>& w, const Shape& s, const Op
   return t;
 }
 
-// Real 12B projections: y = x · Wᵀ with W [n, k].
+// Real 12B projections: y = x · Wᵀ with W [n, k]; the tied head (the embedding, 2 GB: the largest read
+// of a decode step) for decode.
 constexpr Shape kShapes[] = {
-    {"q_proj", 4096, 3840},     {"k_proj", 2048, 3840},      {"o_proj", 3840, 4096},
-    {"gate/up_proj", 15360, 3840}, {"down_proj", 3840, 15360},
+    {"q_proj", 4096, 3840},        {"k_proj", 2048, 3840},      {"o_proj", 3840, 4096},
+    {"gate/up_proj", 15360, 3840}, {"down_proj", 3840, 15360}, {"lm_head", 262144, 3840, true},
 };
 
 PagedArray<uint16_t> RandomBf16(size_t count, bool huge_pages, std::mt19937& rng) {
@@ -194,14 +214,15 @@ std::vector<float> RandomF32(size_t count, std::mt19937& rng) {
 // 32 MiB L3, as real layers do (every layer's matrices are read again at each step or chunk). Timed
 // on one copy, a 64-row prefill of q_proj, k_proj or o_proj could find part of its weights still in L3
 // from the call before (two modes read the same tiled bytes back to back), which a model never does.
-// The copies after the first are byte copies: the values do not change the timings.
+// The copies after the first are byte copies: the values do not change the timings. A matrix of 256 MiB
+// or more (the tied head) defeats L3 alone and has one.
 struct WeightCopies {
   std::vector<PagedArray<uint16_t>> row_major, tiled;
   int next = 0;
 
   WeightCopies(const Shape& s, const Options& opt, std::mt19937& rng) {
-    const size_t elems = static_cast<size_t>(s.n * s.k);
-    const int copies = static_cast<int>(std::max<size_t>(2, (size_t{256} << 20) / (elems * 2)));
+    const size_t elems = static_cast<size_t>(s.n * s.k), l3_defeat = size_t{256} << 20;
+    const int copies = static_cast<int>(std::max<size_t>(elems * 2 >= l3_defeat ? 1 : 2, l3_defeat / (elems * 2)));
     row_major.push_back(RandomBf16(elems, opt.huge_pages, rng));
     tiled.push_back(TiledCopy(row_major.back(), s, opt));
     for (int c = 1; c < copies; ++c) {
@@ -288,7 +309,7 @@ void RunPrefill(const Options& opt, ThreadPool& pool, std::mt19937& rng) {
   std::vector<int64_t> ms = {64, 256, 512, 4096};
   if (opt.rows > 0) ms = {opt.rows};  // any row count, for finding where a path's crossover lies
   for (const Shape& s : kShapes) {
-    if (!opt.shape.empty() && opt.shape != s.name) continue;
+    if (s.decode_only || (!opt.shape.empty() && opt.shape != s.name)) continue;
     WeightCopies w(s, opt, rng);
     for (int64_t m : ms) {
       if (opt.quick && m != 256 && m != 4096) continue;

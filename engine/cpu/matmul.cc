@@ -232,6 +232,7 @@ const WideningChoice& ActiveWidening() {
 
 namespace matmul_internal {
 bool GroupPairsPrefetchAhead() { return CpuIsIntel(); }
+bool DecodePrefetchesToL2() { return CpuIsIntel(); }
 bool SecondRowTileWalksNextChunk() { return CpuIsIntel(); }
 }  // namespace matmul_internal
 

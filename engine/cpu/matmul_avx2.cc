@@ -88,13 +88,17 @@ inline __m256 AddPairProducts(__m256 acc, const float* x, __m256i pairs) {
   return _mm256_fmadd_ps(_mm256_broadcast_ss(x + 1), OddValues(pairs), acc);
 }
 
-// The lines of a group's pair (up to 48 lanes: 192 bytes) kTiledAheadBytes further on in its stream.
+// The lines of a group's pair (up to 48 lanes: 192 bytes) kTiledAheadBytes further on in its stream,
+// into L1 (T0) or into L2 (T2: on Intel cores, DecodePrefetchesToL2; see matmul_pair_kernel.h's
+// Prefetch). One row on a 2-core Emerald Rapids VM, alternating: 91-95 % of a plain read into L2
+// against 81-90 % into L1; two rows 84-87 against 73-79 %.
 // Always inlined: inlined by GCC 12's early inliner into a tile through PrefetchStep, its prefetches
 // were dropped.
+template <_mm_hint kHint>
 __attribute__((always_inline)) inline void PrefetchAhead(const uint32_t* pair) {
 #pragma GCC unroll 3
   for (int line = 0; line < 3; ++line) {
-    _mm_prefetch(reinterpret_cast<const char*>(pair) + kTiledAheadBytes + 64 * line, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(pair) + kTiledAheadBytes + 64 * line, kHint);
   }
 }
 
@@ -333,13 +337,14 @@ __attribute__((always_inline)) inline void TwoRowGroupPair(const float* x0, cons
 #undef LP_DROP
 #undef LP_GROUP_PAIR
 
-// How a tile prefetches: not at all (a transposed block in L1 or L2), its own stream ahead (it reads
-// the chunk from memory), or the next chunk (it reads this one from L2: NextChunkWalk). Chosen at
-// compile time, per tile.
-enum class Prefetch { kNone, kAhead, kNextChunk };
+// How a tile prefetches: not at all (a transposed block in L1 or L2), its own stream ahead into L1 or
+// L2 (it reads the chunk from memory; PrefetchAhead), or the next chunk (it reads this one from L2:
+// NextChunkWalk). Chosen at compile time, per tile.
+enum class Prefetch { kNone, kAhead, kNextChunk, kAheadToL2 };
 template <Prefetch kPrefetch>
 __attribute__((always_inline)) inline void PrefetchStep(LineWalk& walk, const uint32_t* w) {
-  if constexpr (kPrefetch == Prefetch::kAhead) PrefetchAhead(w);
+  if constexpr (kPrefetch == Prefetch::kAhead) PrefetchAhead<_MM_HINT_T0>(w);
+  if constexpr (kPrefetch == Prefetch::kAheadToL2) PrefetchAhead<_MM_HINT_T2>(w);
   if constexpr (kPrefetch == Prefetch::kNextChunk) walk.Step();
 }
 
@@ -407,9 +412,9 @@ template <bool kMasked, Prefetch kPrefetch>
 constexpr auto kInPlaceTiles = TileTable<InPlaceEntries<kMasked, kPrefetch>::template Entry, kInPlaceRows, kGroupVectors>();
 using InPlaceTable = decltype(kInPlaceTiles<false, Prefetch::kNone>);
 template <bool kMasked>
-constexpr const InPlaceTable* kInPlaceByPrefetch[3] = {&kInPlaceTiles<kMasked, Prefetch::kNone>,
-                                                       &kInPlaceTiles<kMasked, Prefetch::kAhead>,
-                                                       &kInPlaceTiles<kMasked, Prefetch::kNextChunk>};
+constexpr const InPlaceTable* kInPlaceByPrefetch[4] = {
+    &kInPlaceTiles<kMasked, Prefetch::kNone>, &kInPlaceTiles<kMasked, Prefetch::kAhead>,
+    &kInPlaceTiles<kMasked, Prefetch::kNextChunk>, &kInPlaceTiles<kMasked, Prefetch::kAheadToL2>};
 constexpr const InPlaceTable* const* kInPlace[2] = {kInPlaceByPrefetch<false>, kInPlaceByPrefetch<true>};
 
 // The first row tile over a widened block of a whole tiled group: rows i, i + 1 x the group's 48 columns
@@ -492,6 +497,7 @@ void PassColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j
   uint32_t* block = p.w_tiled ? nullptr : ThreadScratch<uint32_t, Slot::kPackedWeights>(chunk * kTileRows);
   const int64_t row_tiles = (i_end - i_begin + kInPlaceRows - 1) / kInPlaceRows;
   const int64_t min_walk_tiles = SecondRowTileWalksNextChunk() ? 2 : 3;
+  static const Prefetch ahead = DecodePrefetchesToL2() ? Prefetch::kAheadToL2 : Prefetch::kAhead;
   for (int64_t j = j_begin; j < j_end;) {
     const int64_t cols = GroupCols(p, j, j_end);
     const int vectors = static_cast<int>((cols + kLanes - 1) / kLanes);
@@ -507,7 +513,7 @@ void PassColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j
       const NextBlock next = p.w_tiled ? NextBlockOf(p, j, cols, c1, chunk, j_end) : NextBlock{};
       for (int64_t i = i_begin, t = 0; i < i_end; i += kInPlaceRows, ++t) {
         const LineWalk walk = NextChunkWalk(next, t, row_tiles, min_walk_tiles, c1 - c0);
-        const Prefetch prefetch = !p.w_tiled ? Prefetch::kNone : walk.inc > 0 ? Prefetch::kNextChunk : Prefetch::kAhead;
+        const Prefetch prefetch = !p.w_tiled ? Prefetch::kNone : walk.inc > 0 ? Prefetch::kNextChunk : ahead;
         const InPlaceTable& tiles = *kInPlace[cols % kLanes != 0][static_cast<int>(prefetch)];
         tiles[std::min<int64_t>(kInPlaceRows, i_end - i) - 1][vectors - 1](p, i, c0, w, stride, c1 - c0,
                                                                            p.y + i * p.n + j, cols, c0 == 0, walk);
@@ -521,7 +527,9 @@ void PassColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j
 // the whole of k, as two streams. A core reading one stream with arithmetic between the loads falls
 // short of its share of DRAM bandwidth: on a 2-core Zen 5 VM the tied head's decode (1 GB a core) read
 // 27-33 GB/s a group at a time and 42-52 two at a time (runs minutes apart); four at a time, half a
-// group each in chunks, 36-38. Prefetch distances from 4 to 64 KiB and T1/T2/NTA hints changed nothing.
+// group each in chunks, 36-38. Prefetch distances from 4 to 64 KiB and T1/T2/NTA hints changed nothing
+// there; Intel cores prefetch into L2 (PrefetchAhead).
+template <_mm_hint kHint>
 void GroupPair(const PairProblem& p, int64_t ja, int64_t jb) {
   const uint32_t* w[2] = {reinterpret_cast<const uint32_t*>(p.w + ja * p.k),
                           reinterpret_cast<const uint32_t*>(p.w + jb * p.k)};
@@ -537,7 +545,7 @@ void GroupPair(const PairProblem& p, int64_t ja, int64_t jb) {
     const __m256 even_x = _mm256_broadcast_ss(x + 2 * q), odd_x = _mm256_broadcast_ss(x + 2 * q + 1);
 #pragma GCC unroll 2
     for (int s = 0; s < 2; ++s) {
-      PrefetchAhead(w[s]);
+      PrefetchAhead<kHint>(w[s]);
 #pragma GCC unroll 8
       for (int v = 0; v < kGroupVectors; ++v) {
         const __m256i pairs_v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s] + v * kLanes));
@@ -593,9 +601,10 @@ void OneRowTiled(const PairProblem& p, int64_t j_begin, int64_t j_end) {
   const int64_t full_begin = std::min(RoundUp(j_begin, kTileRows), j_end);
   const int64_t full_end = std::max(full_begin, j_end / kTileRows * kTileRows);
   PassColumns(p, 0, 1, j_begin, full_begin);
+  static const auto group_pair = DecodePrefetchesToL2() ? &GroupPair<_MM_HINT_T2> : &GroupPair<_MM_HINT_T0>;
   ForSegmentedTiles(full_begin / kTileRows, full_end / kTileRows, 2, [&p](int64_t g, int64_t step, int64_t groups) {
     if (groups == 2) {
-      GroupPair(p, g * kTileRows, (g + step) * kTileRows);
+      group_pair(p, g * kTileRows, (g + step) * kTileRows);
     } else {
       PassColumns(p, 0, 1, g * kTileRows, (g + 1) * kTileRows);
     }

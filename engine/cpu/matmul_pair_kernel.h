@@ -94,8 +94,12 @@ inline bool NeedsMask(int64_t cols) { return cols % kLanes != 0; }
 // Zen 4+ drops T1 prefetches that find no free miss buffer; spread out, m = 64 ran 8-11 % faster on a
 // 2-core Zen 5 VM), or its own stream 16 KiB ahead (decode, where the
 // weights come from DRAM as they are read: 7-12 % more GB/s than the hardware prefetchers alone
-// reached on a 2-core Zen 5 VM, any distance from 8 to 32 KiB).
-enum class Prefetch { kNone, kNextBlock, kAhead };
+// reached on a 2-core Zen 5 VM, any distance from 8 to 32 KiB), into L1 or, on Intel cores
+// (DecodePrefetchesToL2), into L2: a T0 prefetch holds one of the core's few L1 miss buffers until its
+// line arrives, so the demand loads behind it wait for one, where a T2 prefetch is handed to L2's
+// larger queue. A 6-layer decode step on a 2-core Emerald Rapids VM, alternating: faster in 12 of 14
+// pairs, median 5.71 against 5.24 tok/s (27.1 against 24.8 GB/s; median ratio 1.09).
+enum class Prefetch { kNone, kNextBlock, kAhead, kAheadToL2 };
 constexpr int64_t kStreamAhead = 4096;  // 32-bit pairs
 
 // acc[s][r][v] += over pairs p in [p_begin, p_end): x[r] pair p (broadcast) . panel s's pair p, vector v.
@@ -114,10 +118,11 @@ LP_PAIR_TARGET __attribute__((always_inline)) inline void AccumulateStreams(cons
     __m512i wv[S][V];
 #pragma GCC unroll 2
     for (int s = 0; s < S; ++s) {
-      if constexpr (kPrefetch == Prefetch::kAhead) {
+      if constexpr (kPrefetch == Prefetch::kAhead || kPrefetch == Prefetch::kAheadToL2) {
+        constexpr _mm_hint kHint = kPrefetch == Prefetch::kAheadToL2 ? _MM_HINT_T2 : _MM_HINT_T0;
 #pragma GCC unroll 4
         for (int v = 0; v < V; ++v) {
-          _mm_prefetch(reinterpret_cast<const char*>(wp[s] + v * kLanes + kStreamAhead), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(wp[s] + v * kLanes + kStreamAhead), kHint);
         }
       }
 #pragma GCC unroll 4
@@ -360,6 +365,17 @@ LP_PAIR_TARGET void StreamRowMajorFew(const PairProblem& p, int64_t j, int64_t c
   }
 }
 
+// Decode of all m rows over the whole of k on one tiled panel, prefetching ahead into L1 or L2.
+template <int R, int V, bool kMasked>
+LP_PAIR_TARGET __attribute__((always_inline)) inline void StreamPanel(const PairProblem& p, const Panel& w, bool to_l2,
+                                                                      __m512 (&acc)[R][V]) {
+  if (to_l2) {
+    Accumulate<R, V, kMasked, Prefetch::kAheadToL2>(XPairs(p, 0), XPairStride(p), w, 0, Pairs(p), acc);
+  } else {
+    Accumulate<R, V, kMasked, Prefetch::kAhead>(XPairs(p, 0), XPairStride(p), w, 0, Pairs(p), acc);
+  }
+}
+
 // Decode: all m rows x one group of columns (row-major weights: columns j, j + step, ..), over the whole
 // of k.
 template <int R, int V>
@@ -373,10 +389,11 @@ LP_PAIR_TARGET void StreamTile(const PairProblem& p, int64_t j, int64_t cols, in
   const int64_t pairs = Pairs(p);
   if (p.w_tiled) {
     const Panel w = TiledPanel(p, j, cols, 0);
+    static const bool to_l2 = DecodePrefetchesToL2();
     if (NeedsMask(cols)) {
-      Accumulate<R, V, true, Prefetch::kAhead>(XPairs(p, 0), XPairStride(p), w, 0, pairs, acc);
+      StreamPanel<R, V, true>(p, w, to_l2, acc);
     } else {
-      Accumulate<R, V, false, Prefetch::kAhead>(XPairs(p, 0), XPairStride(p), w, 0, pairs, acc);
+      StreamPanel<R, V, false>(p, w, to_l2, acc);
     }
   } else if constexpr (R <= 2) {
     StreamRowMajorFew<R, V>(p, j, cols, step, acc);
@@ -439,12 +456,12 @@ struct WidenedEntries {
   };
 };
 constexpr auto kStreamTiles = TileTable<StreamEntry, kTileRowsX, kVectors>();
-// [prefetch ahead][rows - 1].
+// [prefetch ahead (into L2: GroupPairsPrefetchAhead holds only on Intel cores)][rows - 1].
 constexpr PairFn kGroupPairs[2][4] = {
     {&StreamGroupPair<1, Prefetch::kNone>, &StreamGroupPair<2, Prefetch::kNone>, &StreamGroupPair<3, Prefetch::kNone>,
      &StreamGroupPair<4, Prefetch::kNone>},
-    {&StreamGroupPair<1, Prefetch::kAhead>, &StreamGroupPair<2, Prefetch::kAhead>,
-     &StreamGroupPair<3, Prefetch::kAhead>, &StreamGroupPair<4, Prefetch::kAhead>}};
+    {&StreamGroupPair<1, Prefetch::kAheadToL2>, &StreamGroupPair<2, Prefetch::kAheadToL2>,
+     &StreamGroupPair<3, Prefetch::kAheadToL2>, &StreamGroupPair<4, Prefetch::kAheadToL2>}};
 constexpr int kPairRowsMax = Dot::kPairRowsMax;
 static_assert(kPairRowsMax <= static_cast<int>(std::size(kGroupPairs[0])));
 constexpr auto kFullTiles = TileTable<FullEntry, kTileRowsX, kVectors>();
@@ -481,9 +498,10 @@ void StreamColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
 // each half of the thread's groups (ForSegmentedTiles): m = 1 on a 2-core Zen 5 VM, alternating in one
 // process, one stream read 87-106 % of the GB/s of a plain read of the same bytes, two 97-110 %. The
 // pairs run without software prefetch there, which made them 5-15 % slower; on Intel cores they
-// prefetch each stream ahead (GroupPairsPrefetchAhead): on a 2-core Emerald Rapids VM, alternating
-// runs, m = 1 90-95 -> 95-105 % of the plain read, m = 2 82-91 -> 93-101 %. A thread's first and last
-// group may be partial (ranges split groups; the matrix's last may be short), and go alone.
+// prefetch each stream ahead (GroupPairsPrefetchAhead), into L2 (Prefetch): on a 2-core Emerald Rapids
+// VM, alternating runs, m = 1 90-95 -> 95-105 % of a plain read on 256-bit loads, m = 2 82-91 ->
+// 93-101 % (into L1; into L2 another 3-8 points of a plain read on 512-bit loads). A thread's first
+// and last group may be partial (ranges split groups; the matrix's last may be short), and go alone.
 void StreamTiledColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
   if (p.m > kPairRowsMax) {
     StreamColumns(p, j_begin, j_end);
