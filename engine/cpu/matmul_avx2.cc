@@ -62,8 +62,10 @@ static_assert(kTileRows == 2 * kBlockCols);
 constexpr int64_t kPassBytes = int64_t{8} << 20;
 constexpr int64_t kPassRows = 512;
 // How far ahead the packers prefetch the weights they read from memory: tiled, along the one stream
-// (bytes); row-major, along each of 8 rows (bf16 values).
+// (bytes; where decode prefetches into L2, into L1 from there kTiledNearBytes ahead); row-major, along
+// each of 8 rows (bf16 values).
 constexpr int64_t kTiledAheadBytes = 16384;
+constexpr int64_t kTiledNearBytes = 2048;
 constexpr int64_t kRowAhead = 512;
 
 // Lanes [0, lanes) of a vector, as AVX2's masked loads and stores take them.
@@ -89,16 +91,18 @@ inline __m256 AddPairProducts(__m256 acc, const float* x, __m256i pairs) {
 }
 
 // The lines of a group's pair (up to 48 lanes: 192 bytes) kTiledAheadBytes further on in its stream,
-// into L1 (T0) or into L2 (T2: on Intel cores, DecodePrefetchesToL2; see matmul_pair_kernel.h's
-// Prefetch). One row on a 2-core Emerald Rapids VM, alternating: 91-95 % of a plain read into L2
-// against 81-90 % into L1; two rows 84-87 against 73-79 %.
+// into L1, or (kToL2: on Intel cores, DecodePrefetchesToL2; see matmul_pair_kernel.h's Prefetch) into
+// L2 and from there into L1 kTiledNearBytes ahead. One row on a 2-core Emerald Rapids VM, alternating,
+// % of a plain read on 512-bit loads: into L1 81-90 %, into L2 alone 91-95 %; two rows 73-79, 84-87 %.
 // Always inlined: inlined by GCC 12's early inliner into a tile through PrefetchStep, its prefetches
 // were dropped.
-template <_mm_hint kHint>
+template <bool kToL2>
 __attribute__((always_inline)) inline void PrefetchAhead(const uint32_t* pair) {
+  const char* at = reinterpret_cast<const char*>(pair);
 #pragma GCC unroll 3
   for (int line = 0; line < 3; ++line) {
-    _mm_prefetch(reinterpret_cast<const char*>(pair) + kTiledAheadBytes + 64 * line, kHint);
+    _mm_prefetch(at + kTiledAheadBytes + 64 * line, kToL2 ? _MM_HINT_T2 : _MM_HINT_T0);
+    if constexpr (kToL2) _mm_prefetch(at + kTiledNearBytes + 64 * line, _MM_HINT_T0);
   }
 }
 
@@ -343,8 +347,9 @@ __attribute__((always_inline)) inline void TwoRowGroupPair(const float* x0, cons
 enum class Prefetch { kNone, kAhead, kNextChunk, kAheadToL2 };
 template <Prefetch kPrefetch>
 __attribute__((always_inline)) inline void PrefetchStep(LineWalk& walk, const uint32_t* w) {
-  if constexpr (kPrefetch == Prefetch::kAhead) PrefetchAhead<_MM_HINT_T0>(w);
-  if constexpr (kPrefetch == Prefetch::kAheadToL2) PrefetchAhead<_MM_HINT_T2>(w);
+  if constexpr (kPrefetch == Prefetch::kAhead || kPrefetch == Prefetch::kAheadToL2) {
+    PrefetchAhead<kPrefetch == Prefetch::kAheadToL2>(w);
+  }
   if constexpr (kPrefetch == Prefetch::kNextChunk) walk.Step();
 }
 
@@ -529,7 +534,7 @@ void PassColumns(const PairProblem& p, int64_t i_begin, int64_t i_end, int64_t j
 // 27-33 GB/s a group at a time and 42-52 two at a time (runs minutes apart); four at a time, half a
 // group each in chunks, 36-38. Prefetch distances from 4 to 64 KiB and T1/T2/NTA hints changed nothing
 // there; Intel cores prefetch into L2 (PrefetchAhead).
-template <_mm_hint kHint>
+template <bool kToL2>
 void GroupPair(const PairProblem& p, int64_t ja, int64_t jb) {
   const uint32_t* w[2] = {reinterpret_cast<const uint32_t*>(p.w + ja * p.k),
                           reinterpret_cast<const uint32_t*>(p.w + jb * p.k)};
@@ -545,7 +550,7 @@ void GroupPair(const PairProblem& p, int64_t ja, int64_t jb) {
     const __m256 even_x = _mm256_broadcast_ss(x + 2 * q), odd_x = _mm256_broadcast_ss(x + 2 * q + 1);
 #pragma GCC unroll 2
     for (int s = 0; s < 2; ++s) {
-      PrefetchAhead<kHint>(w[s]);
+      PrefetchAhead<kToL2>(w[s]);
 #pragma GCC unroll 8
       for (int v = 0; v < kGroupVectors; ++v) {
         const __m256i pairs_v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[s] + v * kLanes));
@@ -601,7 +606,7 @@ void OneRowTiled(const PairProblem& p, int64_t j_begin, int64_t j_end) {
   const int64_t full_begin = std::min(RoundUp(j_begin, kTileRows), j_end);
   const int64_t full_end = std::max(full_begin, j_end / kTileRows * kTileRows);
   PassColumns(p, 0, 1, j_begin, full_begin);
-  static const auto group_pair = DecodePrefetchesToL2() ? &GroupPair<_MM_HINT_T2> : &GroupPair<_MM_HINT_T0>;
+  static const auto group_pair = DecodePrefetchesToL2() ? &GroupPair<true> : &GroupPair<false>;
   ForSegmentedTiles(full_begin / kTileRows, full_end / kTileRows, 2, [&p](int64_t g, int64_t step, int64_t groups) {
     if (groups == 2) {
       group_pair(p, g * kTileRows, (g + step) * kTileRows);

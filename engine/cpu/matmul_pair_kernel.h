@@ -94,13 +94,15 @@ inline bool NeedsMask(int64_t cols) { return cols % kLanes != 0; }
 // Zen 4+ drops T1 prefetches that find no free miss buffer; spread out, m = 64 ran 8-11 % faster on a
 // 2-core Zen 5 VM), or its own stream 16 KiB ahead (decode, where the
 // weights come from DRAM as they are read: 7-12 % more GB/s than the hardware prefetchers alone
-// reached on a 2-core Zen 5 VM, any distance from 8 to 32 KiB), into L1 or, on Intel cores
-// (DecodePrefetchesToL2), into L2: a T0 prefetch holds one of the core's few L1 miss buffers until its
-// line arrives, so the demand loads behind it wait for one, where a T2 prefetch is handed to L2's
-// larger queue. A 6-layer decode step on a 2-core Emerald Rapids VM, alternating: faster in 12 of 14
-// pairs, median 5.71 against 5.24 tok/s (27.1 against 24.8 GB/s; median ratio 1.09).
+// reached on a 2-core Zen 5 VM, any distance from 8 to 32 KiB), into L1, or on Intel cores
+// (DecodePrefetchesToL2) into L2 and from there into L1 2 KiB ahead: a T0 prefetch from DRAM holds one
+// of the core's few L1 miss buffers until its line arrives, so the demand loads behind it wait for
+// one, where a T2 prefetch goes to L2's larger queue and the near T0 finds its line in L2. m = 1 on a
+// 2-core Emerald Rapids VM, alternating runs, % of a plain read on 512-bit loads: into L1 83-92 %,
+// into L2 alone 88-96 %, with the near prefetch 97-109 %.
 enum class Prefetch { kNone, kNextBlock, kAhead, kAheadToL2 };
 constexpr int64_t kStreamAhead = 4096;  // 32-bit pairs
+constexpr int64_t kStreamNear = 512;
 
 // acc[s][r][v] += over pairs p in [p_begin, p_end): x[r] pair p (broadcast) . panel s's pair p, vector v.
 // Several panels at once are several weight streams (decode: see StreamTiledColumns).
@@ -123,6 +125,9 @@ LP_PAIR_TARGET __attribute__((always_inline)) inline void AccumulateStreams(cons
 #pragma GCC unroll 4
         for (int v = 0; v < V; ++v) {
           _mm_prefetch(reinterpret_cast<const char*>(wp[s] + v * kLanes + kStreamAhead), kHint);
+          if constexpr (kPrefetch == Prefetch::kAheadToL2) {
+            _mm_prefetch(reinterpret_cast<const char*>(wp[s] + v * kLanes + kStreamNear), _MM_HINT_T0);
+          }
         }
       }
 #pragma GCC unroll 4
