@@ -505,8 +505,9 @@ void StreamColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
 // pairs run without software prefetch there, which made them 5-15 % slower; on Intel cores they
 // prefetch each stream ahead (GroupPairsPrefetchAhead), into L2 (Prefetch): on a 2-core Emerald Rapids
 // VM, alternating runs, m = 1 90-95 -> 95-105 % of a plain read on 256-bit loads, m = 2 82-91 ->
-// 93-101 % (into L1; into L2 another 3-8 points of a plain read on 512-bit loads). A thread's first
-// and last group may be partial (ranges split groups; the matrix's last may be short), and go alone.
+// 93-101 % (into L1; into L2 with the near prefetch, m = 1 97-105 % of a plain read on 512-bit loads,
+// m = 2 95-99 %). A thread's first and last group may be partial (ranges split groups; the matrix's
+// last may be short), and go alone.
 void StreamTiledColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
   if (p.m > kPairRowsMax) {
     StreamColumns(p, j_begin, j_end);
