@@ -231,7 +231,6 @@ const WideningChoice& ActiveWidening() {
 }  // namespace
 
 namespace matmul_internal {
-bool GroupPairsPrefetchAhead() { return CpuIsIntel(); }
 bool DecodePrefetchesToL2() { return CpuIsIntel(); }
 bool SecondRowTileWalksNextChunk() { return CpuIsIntel(); }
 }  // namespace matmul_internal

@@ -113,12 +113,11 @@ void ForRowPasses(int64_t m, int64_t row_bytes, int64_t most_bytes, int64_t most
   for (int64_t i = 0; i < m; i += rows) fn(i, std::min(m, i + rows));
 }
 
-// Whether the AVX-512 kernels' decode prefetches each of its two tiled weight streams ahead: on Intel
-// cores, whose hardware prefetchers left them short of the read bandwidth (AMD Zen's were slowed by it).
-bool GroupPairsPrefetchAhead();
-// Whether decode prefetches its tiled weights far ahead into L2 (and from there into L1 near ahead)
-// rather than into L1: on Intel cores (matmul_pair_kernel.h's Prefetch, matmul_avx2.cc's
-// PrefetchAhead; AMD Zen keeps L1, not measured with the pair).
+// Whether decode prefetches its tiled weights far ahead into L2 and from there into L1 near ahead:
+// on Intel cores, whose hardware prefetchers left the AVX-512 two-group decode short of the read
+// bandwidth (matmul_pair_kernel.h's Prefetch, matmul_avx2.cc's PrefetchAhead). AMD Zen keeps the
+// former rule: the two-group decode without software prefetch (Zen's was slowed by it), other decode
+// tiles into L1 (the pair not measured there).
 bool DecodePrefetchesToL2();
 // Whether the AVX2 kernel's second row tile walks the next chunk into cache when there are only two
 // (3-4 rows: decode of a small batch): on Intel cores, where the first otherwise streams the chunk from

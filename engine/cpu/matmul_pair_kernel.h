@@ -461,7 +461,7 @@ struct WidenedEntries {
   };
 };
 constexpr auto kStreamTiles = TileTable<StreamEntry, kTileRowsX, kVectors>();
-// [prefetch ahead (into L2: GroupPairsPrefetchAhead holds only on Intel cores)][rows - 1].
+// [DecodePrefetchesToL2][rows - 1].
 constexpr PairFn kGroupPairs[2][4] = {
     {&StreamGroupPair<1, Prefetch::kNone>, &StreamGroupPair<2, Prefetch::kNone>, &StreamGroupPair<3, Prefetch::kNone>,
      &StreamGroupPair<4, Prefetch::kNone>},
@@ -503,7 +503,7 @@ void StreamColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
 // each half of the thread's groups (ForSegmentedTiles): m = 1 on a 2-core Zen 5 VM, alternating in one
 // process, one stream read 87-106 % of the GB/s of a plain read of the same bytes, two 97-110 %. The
 // pairs run without software prefetch there, which made them 5-15 % slower; on Intel cores they
-// prefetch each stream ahead (GroupPairsPrefetchAhead), into L2 (Prefetch): on a 2-core Emerald Rapids
+// prefetch each stream ahead (DecodePrefetchesToL2), into L2 (Prefetch): on a 2-core Emerald Rapids
 // VM, alternating runs, m = 1 90-95 -> 95-105 % of a plain read on 256-bit loads, m = 2 82-91 ->
 // 93-101 % (into L1; into L2 with the near prefetch, m = 1 97-105 % of a plain read on 512-bit loads,
 // m = 2 95-99 %). A thread's first and last group may be partial (ranges split groups; the matrix's
@@ -516,7 +516,7 @@ void StreamTiledColumns(const PairProblem& p, int64_t j_begin, int64_t j_end) {
   const int64_t full_begin = std::min(RoundUp(j_begin, kTileRows), j_end);
   const int64_t full_end = std::max(full_begin, j_end / kTileRows * kTileRows);
   StreamColumns(p, j_begin, full_begin);
-  const PairFn pair = kGroupPairs[GroupPairsPrefetchAhead()][p.m - 1];
+  const PairFn pair = kGroupPairs[DecodePrefetchesToL2()][p.m - 1];
   const auto groups_at = [&p, pair](int64_t g, int64_t step, int64_t groups) {
     if (groups == 2) {
       pair(p, g * kTileRows, (g + step) * kTileRows);
