@@ -4,9 +4,10 @@
 // multiply blocks of values the same way; the segments' partial results are then combined
 // (flash-decoding's arithmetic, whether or not the segments ran on different threads).
 // bf16 key and value rows are widened to fp32 once per block when several tiles of queries reuse
-// them, or, where the matmuls run on vdpbf16ps, multiplied as bf16 pairs (attention_dot.h). Every
-// score, weight and output value is computed by the same arithmetic whatever the group, block or tile
-// it falls in, so results depend only on a query and the keys it sees.
+// them (a decode step's few vectors widen them in registers instead), or, where the matmuls run on
+// vdpbf16ps, multiplied as bf16 pairs (attention_dot.h). Every score, weight and output value is
+// computed by the same arithmetic whatever the group, block or tile it falls in, so results depend
+// only on a query and the keys it sees.
 #include "engine/cpu/attention.h"
 
 #include <immintrin.h>
@@ -96,13 +97,18 @@ struct Group {
   const float** q;
   float** out;
   float** p;  // each vector's weights at the current key block
+  const float* q_pairs = nullptr;  // the queries packed by PackQueryPairs, where ScoresByQueryPairs
 };
 
 // scores[v][j - seg_begin] for the keys [b, b + n) of one block; with `avx512`, two keys a 512-bit
 // register (the same bits).
 template <typename T>
 void ScoreBlock(const Group& g, const T* const* keys, int64_t b, int64_t n, int64_t seg_begin, int hd,
-                float* scores, bool avx512) {
+                float* scores, bool avx512, LinePrefetch& ahead) {
+  if (avx512 && g.q_pairs != nullptr) {
+    ScoreQueryPairs(g.q_pairs, g.vectors, keys, n, hd, scores + (b - seg_begin), g.ld, ahead);
+    return;
+  }
   if (avx512) {
     ScoreWide(g.q, g.vectors, keys, n, hd, scores + (b - seg_begin), g.ld);
     return;
@@ -134,8 +140,9 @@ void WeighBlock(const Group& g, const T* const* values, int64_t n, int hd, bool 
 }
 
 // The rows [b, b + n) of K (which = 0) or V (which = 1) as pointers: chunk rows (fp32) at and after
-// pos0, cache rows (T) before it. bf16 rows reused by several query tiles are widened into `wide`
-// (but for keys that ScoreWide packs).
+// pos0, cache rows (T) before it. bf16 rows reused by several query tiles are widened into `wide`,
+// but where the 512-bit kernels take them as they are (they pack the keys, or read keys and values in
+// place for decode-shaped groups).
 // Calls fn(pointers) with pointers to float or to T.
 template <typename T, typename Fn>
 void WithRows(const AttentionChunk& c, int which, int64_t koff, int64_t b, int64_t n, int hd, int vectors,
@@ -151,9 +158,10 @@ void WithRows(const AttentionChunk& c, int which, int64_t koff, int64_t b, int64
     return (which == 0 ? c.cache->K<T>(pos) : c.cache->V<T>(pos)) + koff;
   };
   if constexpr (std::is_same_v<T, uint16_t>) {
-    // Keys that ScoreWide packs are widened there, so not here as well.
-    const bool packed_keys = which == 0 && s.avx512 && ScoreWidePacksKeys(vectors, hd);
-    if (vectors > kQueries && !packed_keys) {
+    const bool kernel_takes_bf16 =
+        s.avx512 && (which == 0 ? ScoreWidePacksKeys(vectors, hd) || ScoresByQueryPairs(vectors, hd)
+                                : WeighWideReadsBf16InPlace(vectors));
+    if (vectors > kQueries && !kernel_takes_bf16) {
       const int64_t ld = WideRowStride(hd);
       float* wide = ThreadScratch<float, AttentionScratchSlot::kWideRows>(static_cast<size_t>(n * ld));
       s.bf16_rows.resize(static_cast<size_t>(n));
@@ -176,6 +184,27 @@ void WithRows(const AttentionChunk& c, int which, int64_t koff, int64_t b, int64
     for (int64_t j = 0; j < n; ++j) s.f32_rows[j] = row(b + j);
     fn(s.f32_rows.data());
   }
+}
+
+// Decode-shaped groups of this many vectors prefetch while they score: their products take long enough
+// to cover looking the rows up (a sliding layer's 2 vectors a KV head ran 10-15 % slower so).
+constexpr int kPrefetchingVectors = 8;
+
+// What a decode-shaped group's scoring of the keys [b, b + n) prefetches (LinePrefetch): the cache rows
+// of the values [b, b + n), weighed once the segment is scored, and of the next block's keys, up to
+// `last` (chunk rows are fresh, in cache already).
+template <typename T>
+LinePrefetch RowsAhead(const AttentionChunk& c, int64_t koff, int hd, int64_t b, int64_t n, int64_t last,
+                       AttentionScratch& s) {
+  s.prefetch_rows.clear();
+  for (int64_t pos = b; pos < std::min(b + n, c.pos0); ++pos) {
+    s.prefetch_rows.push_back(reinterpret_cast<const char*>(c.cache->V<T>(pos) + koff));
+  }
+  for (int64_t pos = b + n; pos < std::min({b + 2 * n, c.pos0, last + 1}); ++pos) {
+    s.prefetch_rows.push_back(reinterpret_cast<const char*>(c.cache->K<T>(pos) + koff));
+  }
+  return LinePrefetch(s.prefetch_rows.data(), static_cast<int64_t>(s.prefetch_rows.size()),
+                      static_cast<int>(sizeof(T)) * hd);
 }
 
 // Visits the keys [begin, end) in blocks that never straddle pos0 (cache rows before, chunk rows after).
@@ -271,6 +300,11 @@ void AttendVectors(const AttentionChunk& c, int kv_head, int hd, int vectors, co
     s.q16.resize(static_cast<size_t>(g.vectors) * hd);
     for (int v = 0; v < g.vectors; ++v) F32ToBf16Row(g.q[v], s.q16.data() + int64_t{v} * hd, hd);
   }
+  if (!dot && s.avx512 && ScoresByQueryPairs(g.vectors, hd)) {
+    s.q_pairs.resize(static_cast<size_t>(QueryPairFloats(g.vectors, hd)));
+    PackQueryPairs(g.q, g.vectors, hd, s.q_pairs.data());
+    g.q_pairs = s.q_pairs.data();
+  }
 
   for (int64_t seg = seg_begin; seg < seg_end; ++seg) {
     const int64_t a = std::max(span.first, (span.first_segment + seg) * kKeySegment);
@@ -281,8 +315,12 @@ void AttendVectors(const AttentionChunk& c, int kv_head, int hd, int vectors, co
       attention_dot::ScoreKeys(c, koff, hd, s.q16.data(), hd, g.vectors, a, e, scores + shift, g.ld);
     } else {
       ForKeyBlocks(c, a, e, [&](int64_t b, int64_t n) {
+        LinePrefetch ahead;
+        if (g.q_pairs != nullptr && g.vectors >= kPrefetchingVectors) {
+          ahead = RowsAhead<T>(c, koff, hd, b, n, span.last, s);
+        }
         WithRows<T>(c, 0, koff, b, n, hd, g.vectors, s,
-                    [&](auto keys) { ScoreBlock(g, keys, b, n, a, hd, scores, s.avx512); });
+                    [&](auto keys) { ScoreBlock(g, keys, b, n, a, hd, scores, s.avx512, ahead); });
       });
     }
     for (int v = 0; v < g.vectors; ++v) {

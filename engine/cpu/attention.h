@@ -73,6 +73,8 @@ struct AttentionScratch {
   std::vector<double> running_sum;
   std::vector<float> scores;  // [query vectors][keys]
   std::vector<uint16_t> q16;  // the dot path's queries in bf16
+  AlignedVector<float> q_pairs;  // a decode-shaped group's queries in pairs (attention_tiles.h)
+  std::vector<const char*> prefetch_rows;  // cache rows that group's kernels prefetch
   std::vector<const float*> f32_rows;
   std::vector<const uint16_t*> bf16_rows;
   std::vector<const float*> q;

@@ -4,6 +4,9 @@
 //    both halves, so each score is still an 8-lane chain over the dims and the AVX2 horizontal sum;
 //  - weighted sums: 16 dims a register instead of 8, each output dim still one fused multiply-add chain
 //    over the keys in position order.
+// A group of a few query vectors (a global layer's decode step: 16 heads of one position) reads its
+// keys and values in place, bf16 ones widened in registers (QueryPairScoreTile, UnpackWeighTile):
+// packing or widening rows for so few readers cost as much as the products.
 //
 // Everything here executes AVX-512 instructions: attention.cc calls in only where the CPU has them.
 #include <immintrin.h>
@@ -17,11 +20,17 @@
 #include "engine/cpu/tile_table.h"
 #include "engine/model/bf16.h"
 
+// Byte shuffles and word unpacks take AVX-512BW, 256-bit masked stores AVX-512VL: CpuSupportsAvx512F
+// requires both along with F.
+#define LP_AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl")))
+
 namespace layerpipe::attention_tiles {
 namespace {
 
 using avx512_pairs::BroadcastHalves;
+using avx512_pairs::HalfLane;
 using avx512_pairs::HalfSum;
+using avx512_pairs::HalfSums;
 using avx512_pairs::LoadPair;
 using avx512_pairs::StorePairSums;
 
@@ -148,6 +157,115 @@ void Score16(const float* const* q, int queries, const T* const* k, int64_t keys
   }
 }
 
+// Decode-shaped scores: two query vectors side by side in a register (packed once per group by
+// PackQueryPairs) against one key's 8 dims broadcast to both halves, read from its row: an fp32 row by
+// a broadcast load, a bf16 one by a 16-byte broadcast load and one byte shuffle that puts each 128-bit
+// block's 4 values into the high halves of its lanes (the exact widening). The score is ScoreTile's
+// 8-lane chain and tree as ever; the keys are neither packed nor widened in memory.
+// Query pairs x keys per tile: 24 accumulators + 3 keys + 1 query pair + the shuffle's control for a
+// global layer's 16 vectors; fewer pairs take more keys a tile (at most 6: 12 sums to a tree), as each
+// tile's tree costs about as much as a few steps (a sliding layer's 2 vectors a KV head).
+constexpr int kQueryPairs = 8;
+constexpr int kPairKeys = 6;
+constexpr int PairKeysFor(int pairs) { return pairs <= 3 ? 6 : pairs <= 4 ? 4 : 3; }
+// Query vectors up to which a group scores by query pairs and weighs bf16 values in place; more share
+// each block's packed keys and widened values (the global layer's 32 vectors of two rows took 4-6 %
+// longer in place, its 16 of one row 12-18 % less).
+constexpr int kInPlaceQueries = 16;
+
+LP_AVX512F inline __m512 KeyHalves(const float* k, __m512i) { return BroadcastHalves(k); }
+LP_AVX512BW inline __m512 KeyHalves(const uint16_t* k, __m512i widen) {
+  const __m512i x = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k)));
+  return _mm512_castsi512_ps(_mm512_shuffle_epi8(x, widen));
+}
+// The shuffle's control: 128-bit blocks 0 and 2 (the low block of each half) take values 0-3, blocks 1
+// and 3 values 4-7, each value's two bytes into the high half of a lane; -1 zeroes the low halves.
+LP_AVX512BW inline __m512i WidenHalvesControl() {
+  alignas(64) int8_t c[64];
+  for (int b = 0; b < 4; ++b) {
+    for (int l = 0; l < 4; ++l) {
+      const int v = 4 * (b % 2) + l;
+      int8_t* lane = c + 16 * b + 4 * l;
+      lane[0] = lane[1] = -1;
+      lane[2] = static_cast<int8_t>(2 * v);
+      lane[3] = static_cast<int8_t>(2 * v + 1);
+    }
+  }
+  return _mm512_load_si512(c);
+}
+
+// scores[v * ld + c] = q_v · k[c] for the vectors v in [0, queries) of QP pairs (pair r: vectors 2r and
+// 2r + 1, the last one absent when queries is odd; its 8-dim steps `step` floats apart) and K keys.
+template <int QP, int K, typename T>
+LP_AVX512BW void QueryPairScoreTile(const float* pairs, int64_t step, int queries, const T* const* k, int hd,
+                                    float* scores, int64_t ld, LinePrefetch& ahead) {
+  const __m512i widen = WidenHalvesControl();
+  LinePrefetch feed = ahead;  // in registers while the tile runs
+  __m512 acc[QP][K];
+#pragma GCC unroll 8
+  for (int r = 0; r < QP; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < K; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int d = 0; d < hd; d += 8) {
+    feed.Next();  // two lines a step: a block's 2 x 64 rows of 16-32 lines over its ~1400 steps
+    feed.Next();
+    __m512 kv[K];
+#pragma GCC unroll 8
+    for (int c = 0; c < K; ++c) kv[c] = KeyHalves(k[c] + d, widen);
+#pragma GCC unroll 8
+    for (int r = 0; r < QP; ++r) {
+      __m512 qv = _mm512_load_ps(pairs + r * 16);
+      asm("" : "+v"(qv));  // one load: folded into each multiply-add, it would take K loads
+#pragma GCC unroll 8
+      for (int c = 0; c < K; ++c) acc[r][c] = _mm512_fmadd_ps(qv, kv[c], acc[r][c]);
+    }
+    pairs += step;
+  }
+  ahead = feed;
+  // Half 2c of acc[r][..] is (vector 2r, key c), half 2c + 1 (vector 2r + 1, key c): the first vector's
+  // sums into lanes 0-5, the second's into lanes 8-13.
+  const __m512i rows = _mm512_setr_epi32(HalfLane(0), HalfLane(2), HalfLane(4), HalfLane(6), HalfLane(8),
+                                         HalfLane(10), 0, 0, HalfLane(1), HalfLane(3), HalfLane(5), HalfLane(7),
+                                         HalfLane(9), HalfLane(11), 0, 0);
+  const __mmask8 keys = static_cast<__mmask8>((1u << K) - 1);
+#pragma GCC unroll 8
+  for (int r = 0; r < QP; ++r) {
+    const __m512 sums = _mm512_permutexvar_ps(rows, HalfSums(acc[r]));
+    _mm256_mask_storeu_ps(scores + 2 * r * ld, keys, _mm512_castps512_ps256(sums));
+    if (2 * r + 1 < queries) {
+      _mm256_mask_storeu_ps(scores + (2 * r + 1) * ld, keys,
+                            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sums), 1)));
+    }
+  }
+}
+
+template <typename T>
+struct QueryPairScoreTiles {
+  template <int QP, int K>
+  struct Of {
+    static constexpr auto kFn = &QueryPairScoreTile<QP, K, T>;
+  };
+};
+template <typename T>
+constexpr auto kQueryPairScoreTiles = TileTable<QueryPairScoreTiles<T>::template Of, kQueryPairs, kPairKeys>();
+
+template <typename T>
+void ScoreByQueryPairs(const float* pairs, int queries, const T* const* k, int64_t keys, int hd, float* scores,
+                       int64_t ld, LinePrefetch& ahead) {
+  const int pair_count = (queries + 1) / 2;
+  const int64_t step = int64_t{pair_count} * 16;
+  const int tile_keys = PairKeysFor(std::min(pair_count, kQueryPairs));
+  // Key tiles outer: each key is read once for all the pairs (all of them in one tile, up to 16 vectors).
+  for (int64_t c = 0; c < keys; c += tile_keys) {
+    const int kn = static_cast<int>(std::min<int64_t>(tile_keys, keys - c));
+    for (int r = 0; r < pair_count; r += kQueryPairs) {
+      const int qn = std::min(kQueryPairs, pair_count - r);
+      kQueryPairScoreTiles<T>[qn - 1][kn - 1](pairs + r * 16, step, queries - 2 * r, k + c, hd,
+                                               scores + 2 * r * ld + c, ld, ahead);
+    }
+  }
+}
+
 // Query vectors x 16-dim vectors per tile: 24 accumulators + 6 value vectors + 1 weight of the 32 zmm.
 constexpr int kWideQueries = 4;
 constexpr int kWideVectors = 6;
@@ -194,6 +312,100 @@ template <typename T>
 constexpr auto kWeighTiles16 =
     TileTable<WeighTiles16<T>::template Of, kWideQueries, kWideVectors>();
 
+// Decode-shaped weighted sums over bf16 values read in place: a 64-byte load of 32 values is widened by
+// interleaving its words with zeros, the low four of each 128-bit block into one register and the high
+// four into another, so an accumulator holds dims {0-3, 8-11, 16-19, 24-27} (or {4-7, ...}) of its 32;
+// the outputs are put into that order once a tile and back after it. Each output dim is still one
+// fused chain over the keys in order: the bits of WeighTile16. One shuffle per 16 dims and key, where
+// Load16 takes two.
+// Query vectors per tile; 32-dim loads per tile by vectors (Q x 2R accumulators within 24).
+constexpr int kUnpackQueries = 8;
+constexpr int kUnpackLoads = 3;
+constexpr int UnpackLoadsFor(int queries) { return queries <= 4 ? 3 : queries <= 6 ? 2 : 1; }
+
+// Lanes of the concatenation (a: 0-15, b: 16-31) of two 16-dim registers.
+LP_AVX512F inline __m512i DimsIndex(int first) {  // dims first .. first + 3 of every 8
+  return _mm512_setr_epi32(first, first + 1, first + 2, first + 3, first + 8, first + 9, first + 10, first + 11,
+                           first + 16, first + 17, first + 18, first + 19, first + 24, first + 25, first + 26,
+                           first + 27);
+}
+LP_AVX512F inline __m512i InterleavedIndex(int first) {  // the inverse: dims first .. first + 15 in order
+  alignas(64) int32_t idx[16];
+  for (int i = 0; i < 16; ++i) {
+    const int dim = first + i;
+    idx[i] = (dim / 8) * 4 + dim % 4 + (dim % 8 >= 4 ? 16 : 0);
+  }
+  return _mm512_load_si512(idx);
+}
+
+template <int Q, int R>
+LP_AVX512BW void UnpackWeighTile(const float* const* p, const uint16_t* const* v, int64_t keys, int d0,
+                                 float* const* out) {
+  const __m512i low = DimsIndex(0), high = DimsIndex(4);
+  __m512 acc[Q][2 * R];
+#pragma GCC unroll 8
+  for (int r = 0; r < Q; ++r) {
+#pragma GCC unroll 4
+    for (int b = 0; b < R; ++b) {
+      const __m512 a = _mm512_loadu_ps(out[r] + d0 + 32 * b), c = _mm512_loadu_ps(out[r] + d0 + 32 * b + 16);
+      acc[r][2 * b] = _mm512_permutex2var_ps(a, low, c);
+      acc[r][2 * b + 1] = _mm512_permutex2var_ps(a, high, c);
+    }
+  }
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t j = 0; j < keys; ++j) {
+    __m512 vv[2 * R];
+#pragma GCC unroll 4
+    for (int b = 0; b < R; ++b) {
+      const __m512i raw = _mm512_loadu_si512(v[j] + d0 + 32 * b);
+      vv[2 * b] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, raw));
+      vv[2 * b + 1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, raw));
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < Q; ++r) {
+      const __m512 pr = _mm512_set1_ps(p[r][j]);
+#pragma GCC unroll 8
+      for (int x = 0; x < 2 * R; ++x) acc[r][x] = _mm512_fmadd_ps(pr, vv[x], acc[r][x]);
+    }
+  }
+  const __m512i first = InterleavedIndex(0), second = InterleavedIndex(16);
+#pragma GCC unroll 8
+  for (int r = 0; r < Q; ++r) {
+#pragma GCC unroll 4
+    for (int b = 0; b < R; ++b) {
+      _mm512_storeu_ps(out[r] + d0 + 32 * b, _mm512_permutex2var_ps(acc[r][2 * b], first, acc[r][2 * b + 1]));
+      _mm512_storeu_ps(out[r] + d0 + 32 * b + 16, _mm512_permutex2var_ps(acc[r][2 * b], second, acc[r][2 * b + 1]));
+    }
+  }
+}
+
+template <int Q, int R>
+struct UnpackWeighTiles {
+  static constexpr auto kFn = &UnpackWeighTile<Q, R>;
+};
+constexpr auto kUnpackWeighTiles = TileTable<UnpackWeighTiles, kUnpackQueries, kUnpackLoads>();
+
+// Weigh16 for bf16 rows read in place: whole 32-dim loads, then a 16-dim remainder through WeighTile16.
+void WeighInPlace(const float* const* p, int queries, const uint16_t* const* v, int64_t keys, int dims,
+                  float* const* out) {
+  const int loads = UnpackLoadsFor(std::min(queries, kUnpackQueries));
+  const int whole = dims / 32 * 32;
+  // Dims outer: a block's values at one tile of dims (64 keys x 96 bf16 = 12 KiB) stay in L1 while
+  // every query passes.
+  for (int d = 0; d < whole; d += 32 * loads) {
+    const int rn = std::min(loads, (whole - d) / 32);
+    for (int r = 0; r < queries; r += kUnpackQueries) {
+      const int qn = std::min(kUnpackQueries, queries - r);
+      kUnpackWeighTiles[qn - 1][rn - 1](p + r, v, keys, d, out + r);
+    }
+  }
+  if (whole == dims) return;
+  for (int r = 0; r < queries; r += kWideQueries) {
+    const int qn = std::min(kWideQueries, queries - r);
+    kWeighTiles16<uint16_t>[qn - 1][0](p + r, v, keys, whole, out + r);
+  }
+}
+
 template <typename T>
 void Weigh16(const float* const* p, int queries, const T* const* v, int64_t keys, int dims, float* const* out) {
   // Dims outer: a block's values at one tile of dims (64 keys x 96 fp32 = 24 KiB) stay in L1 while
@@ -209,8 +421,29 @@ void Weigh16(const float* const* p, int queries, const T* const* v, int64_t keys
 
 }  // namespace
 
-// Packed once when more than one tile of queries reads the keys (and no scalar tail needs the rows).
-bool ScoreWidePacksKeys(int queries, int hd) { return queries > kScoreQueries && hd % 8 == 0; }
+bool ScoresByQueryPairs(int queries, int hd) { return queries <= kInPlaceQueries && hd % 8 == 0; }
+bool ScoreWidePacksKeys(int queries, int hd) { return queries > kInPlaceQueries && hd % 8 == 0; }
+bool WeighWideReadsBf16InPlace(int queries) { return queries <= kInPlaceQueries; }
+
+int64_t QueryPairFloats(int queries, int hd) { return int64_t{(queries + 1) / 2} * 2 * hd; }
+
+LP_AVX512F void PackQueryPairs(const float* const* q, int queries, int hd, float* out) {
+  const int64_t step = int64_t{(queries + 1) / 2} * 16;  // the pairs of one 8-dim step side by side
+  for (int r = 0; r < queries; r += 2) {
+    const float* second = q[std::min(r + 1, queries - 1)];  // an odd last vector pairs with itself
+    for (int d = 0; d < hd; d += 8) _mm512_store_ps(out + d / 8 * step + r * 8, LoadPair(q[r] + d, second + d));
+  }
+}
+
+void ScoreQueryPairs(const float* pairs, int queries, const float* const* k, int64_t keys, int hd, float* scores,
+                     int64_t ld, LinePrefetch& ahead) {
+  ScoreByQueryPairs(pairs, queries, k, keys, hd, scores, ld, ahead);
+}
+
+void ScoreQueryPairs(const float* pairs, int queries, const uint16_t* const* k, int64_t keys, int hd,
+                     float* scores, int64_t ld, LinePrefetch& ahead) {
+  ScoreByQueryPairs(pairs, queries, k, keys, hd, scores, ld, ahead);
+}
 
 void ScoreWide(const float* const* q, int queries, const float* const* k, int64_t keys, int hd, float* scores,
                int64_t ld) {
@@ -237,7 +470,11 @@ void WeighWide(const float* const* p, int queries, const float* const* v, int64_
 
 void WeighWide(const float* const* p, int queries, const uint16_t* const* v, int64_t keys, int dims,
                float* const* out) {
-  Weigh16(p, queries, v, keys, dims, out);
+  if (WeighWideReadsBf16InPlace(queries)) {
+    WeighInPlace(p, queries, v, keys, dims, out);
+  } else {
+    Weigh16(p, queries, v, keys, dims, out);
+  }
 }
 
 }  // namespace layerpipe::attention_tiles

@@ -103,17 +103,61 @@ inline void WeighTail(const float* const* p, int queries, const T* const* v, int
   }
 }
 
+// Cache rows' lines handed to the prefetcher (into L2) a couple at a time while a kernel computes, for
+// rows read in place by a decode-shaped group: the next block's keys and this block's values. Rows
+// 1-2 KiB long read a few at a time are short streams that the hardware prefetchers pick up late;
+// from DRAM the products waited on them.
+class LinePrefetch {
+ public:
+  LinePrefetch() = default;
+  LinePrefetch(const char* const* rows, int64_t count, int row_bytes)
+      : next_row_(rows), end_(rows + count), row_lines_((row_bytes + 63) / 64) {}
+  void Next() {
+    if (lines_left_ == 0) {
+      if (next_row_ == end_) return;
+      line_ = *next_row_++;
+      lines_left_ = row_lines_;
+    }
+    _mm_prefetch(line_, _MM_HINT_T2);
+    line_ += 64;
+    --lines_left_;
+  }
+
+ private:
+  const char* const* next_row_ = nullptr;
+  const char* const* end_ = nullptr;
+  int row_lines_ = 0;
+  const char* line_ = nullptr;
+  int lines_left_ = 0;
+};
+
 // scores[r * ld + c] = q[r] · k[c] for r < queries, c < keys: ScoreTile's arithmetic on 512-bit
-// registers (attention_avx512f.cc); where ScoreWidePacksKeys, the keys are first packed (and bf16 ones
-// widened) once for all the queries. Only where the CPU has AVX-512F.
+// registers (attention_avx512f.cc); where ScoreWidePacksKeys (more query vectors than a decode step
+// has), the keys are first packed (and bf16 ones widened) once for all the queries. Only where the CPU
+// has AVX-512F.
 bool ScoreWidePacksKeys(int queries, int hd);
 void ScoreWide(const float* const* q, int queries, const float* const* k, int64_t keys, int hd, float* scores,
                int64_t ld);
 void ScoreWide(const float* const* q, int queries, const uint16_t* const* k, int64_t keys, int hd, float* scores,
                int64_t ld);
 
+// The same arithmetic for decode-shaped groups (ScoresByQueryPairs): the queries packed in pairs once
+// for all the key blocks (PackQueryPairs, into QueryPairFloats(queries, hd) floats 64-byte aligned),
+// the keys read in place, bf16 ones widened in registers; `ahead`'s lines are prefetched meanwhile.
+// Only where the CPU has AVX-512F.
+bool ScoresByQueryPairs(int queries, int hd);
+int64_t QueryPairFloats(int queries, int hd);
+void PackQueryPairs(const float* const* q, int queries, int hd, float* out);
+void ScoreQueryPairs(const float* pairs, int queries, const float* const* k, int64_t keys, int hd, float* scores,
+                     int64_t ld, LinePrefetch& ahead);
+void ScoreQueryPairs(const float* pairs, int queries, const uint16_t* const* k, int64_t keys, int hd,
+                     float* scores, int64_t ld, LinePrefetch& ahead);
+
 // out[r][0 .. dims) += Σ_j p[r][j] · v[j][..] for r < queries, dims a multiple of 16: WeighTile's
-// arithmetic on 512-bit registers (attention_avx512f.cc). Only where the CPU has AVX-512F.
+// arithmetic on 512-bit registers (attention_avx512f.cc); bf16 values are read in place and widened
+// in registers where WeighWideReadsBf16InPlace (as many query vectors as a decode step has), else the
+// caller widens them first. Only where the CPU has AVX-512F.
+bool WeighWideReadsBf16InPlace(int queries);
 void WeighWide(const float* const* p, int queries, const float* const* v, int64_t keys, int dims,
                float* const* out);
 void WeighWide(const float* const* p, int queries, const uint16_t* const* v, int64_t keys, int dims,

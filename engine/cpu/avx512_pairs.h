@@ -54,20 +54,31 @@ LP_AVX512F inline __m512 TreeT(__m512 x, __m512 y) {
   return _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x44), _mm512_shuffle_ps(x, y, 0xEE));
 }
 
-// out[0 .. count) = the sums of the halves of acc[0 .. P) in order (count <= 2P <= 12): what
-// out[i] = HalfSum(acc[i / 2], i % 2) gives, with one masked store.
+// The sums of the halves of acc[0 .. P) (P <= 6), the same additions of the same operands as HalfSum,
+// 12 halves across registers instead of one at a time through memory: half h's sum lies in lane
+// HalfLane(h).
+constexpr int HalfLane(int h) { return 4 * (h % 4) + h / 4; }
 template <int P>
-LP_AVX512F inline void StorePairSums(const __m512 (&acc)[P], int count, float* out) {
+LP_AVX512F inline __m512 HalfSums(const __m512 (&acc)[P]) {
   static_assert(P <= 6);
   __m512 a[6];
 #pragma GCC unroll 6
   for (int c = 0; c < 6; ++c) a[c] = c < P ? acc[c] : _mm512_setzero_ps();
   const __m512 w0 = TreeS(a[0], a[1]), w1 = TreeS(a[2], a[3]), w2 = TreeS(a[4], a[5]);  // halves 4i .. 4i + 3
   const __m512 z0 = TreeT(w0, w1), z1 = TreeT(w2, w2);  // block i: halves i, 4 + i; 8 + i twice
-  // Block i: the sums of halves i, 4 + i, 8 + i (and 8 + i again); then into order.
-  const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(z0, z1, 0x88), _mm512_shuffle_ps(z0, z1, 0xDD));
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << count) - 1), _mm512_permutexvar_ps(order, f));
+  // Block i: the sums of halves i, 4 + i, 8 + i (and 8 + i again).
+  return _mm512_add_ps(_mm512_shuffle_ps(z0, z1, 0x88), _mm512_shuffle_ps(z0, z1, 0xDD));
+}
+
+// out[0 .. count) = the sums of the halves of acc[0 .. P) in order (count <= 2P <= 12): what
+// out[i] = HalfSum(acc[i / 2], i % 2) gives, with one masked store.
+template <int P>
+LP_AVX512F inline void StorePairSums(const __m512 (&acc)[P], int count, float* out) {
+  const __m512i order = _mm512_setr_epi32(HalfLane(0), HalfLane(1), HalfLane(2), HalfLane(3), HalfLane(4),
+                                          HalfLane(5), HalfLane(6), HalfLane(7), HalfLane(8), HalfLane(9),
+                                          HalfLane(10), HalfLane(11), HalfLane(12), HalfLane(13), HalfLane(14),
+                                          HalfLane(15));
+  _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << count) - 1), _mm512_permutexvar_ps(order, HalfSums(acc)));
 }
 
 }  // namespace layerpipe::avx512_pairs
