@@ -163,15 +163,19 @@ void Score16(const float* const* q, int queries, const T* const* k, int64_t keys
 // block's 4 values into the high halves of its lanes (the exact widening). The score is ScoreTile's
 // 8-lane chain and tree as ever; the keys are neither packed nor widened in memory.
 // Query pairs x keys per tile: 24 accumulators + 3 keys + 1 query pair + the shuffle's control for a
-// global layer's 16 vectors; fewer pairs take more keys a tile (at most 6: 12 sums to a tree), as each
-// tile's tree costs about as much as a few steps (a sliding layer's 2 vectors a KV head).
+// global layer's 16 vectors; fewer pairs take more keys a tile (at most 6: 12 sums to one tree), so
+// that a tile's tree stays a small part of its work.
 constexpr int kQueryPairs = 8;
 constexpr int kPairKeys = 6;
 constexpr int PairKeysFor(int pairs) { return pairs <= 3 ? 6 : pairs <= 4 ? 4 : 3; }
 // Query vectors up to which a group scores by query pairs and weighs bf16 values in place; more share
 // each block's packed keys and widened values (the global layer's 32 vectors of two rows took 4-6 %
-// longer in place, its 16 of one row 12-18 % less).
+// longer in place, its 16 of one row 12-18 % less before prefetching). A sliding layer's 2 vectors a
+// KV head keep the row-pair kernels (5 % faster there).
 constexpr int kInPlaceQueries = 16;
+// Up to one tile of queries, the row-pair kernels read rows in place (ScoreTile16, WeighTile16 over
+// bf16 rows); past that and up to kInPlaceQueries, the decode-shaped kernels do.
+bool DecodeShaped(int queries) { return queries > kScoreQueries && queries <= kInPlaceQueries; }
 
 LP_AVX512F inline __m512 KeyHalves(const float* k, __m512i) { return BroadcastHalves(k); }
 LP_AVX512BW inline __m512 KeyHalves(const uint16_t* k, __m512i widen) {
@@ -207,8 +211,9 @@ LP_AVX512BW void QueryPairScoreTile(const float* pairs, int64_t step, int querie
 #pragma GCC unroll 8
     for (int c = 0; c < K; ++c) acc[r][c] = _mm512_setzero_ps();
   for (int d = 0; d < hd; d += 8) {
-    feed.Next();  // two lines a step: a block's 2 x 64 rows of 16-32 lines over its ~1400 steps
-    feed.Next();
+    // A line a step (two for fp32 rows): a block's 64 rows of 16 (32) lines over its ~1400 steps.
+#pragma GCC unroll 2
+    for (size_t i = 0; i < sizeof(T) / 2; ++i) feed.Next();
     __m512 kv[K];
 #pragma GCC unroll 8
     for (int c = 0; c < K; ++c) kv[c] = KeyHalves(k[c] + d, widen);
@@ -340,7 +345,8 @@ LP_AVX512F inline __m512i InterleavedIndex(int first) {  // the inverse: dims fi
 
 template <int Q, int R>
 LP_AVX512BW void UnpackWeighTile(const float* const* p, const uint16_t* const* v, int64_t keys, int d0,
-                                 float* const* out) {
+                                 float* const* out, LinePrefetch& ahead) {
+  LinePrefetch feed = ahead;  // in registers while the tile runs
   const __m512i low = DimsIndex(0), high = DimsIndex(4);
   __m512 acc[Q][2 * R];
 #pragma GCC unroll 8
@@ -354,6 +360,7 @@ LP_AVX512BW void UnpackWeighTile(const float* const* p, const uint16_t* const* v
   }
   const __m512i zero = _mm512_setzero_si512();
   for (int64_t j = 0; j < keys; ++j) {
+    feed.Next();  // a line a key: a block's 64 rows of 16 lines over its 64 x 16 x 2 key steps
     __m512 vv[2 * R];
 #pragma GCC unroll 4
     for (int b = 0; b < R; ++b) {
@@ -368,6 +375,7 @@ LP_AVX512BW void UnpackWeighTile(const float* const* p, const uint16_t* const* v
       for (int x = 0; x < 2 * R; ++x) acc[r][x] = _mm512_fmadd_ps(pr, vv[x], acc[r][x]);
     }
   }
+  ahead = feed;
   const __m512i first = InterleavedIndex(0), second = InterleavedIndex(16);
 #pragma GCC unroll 8
   for (int r = 0; r < Q; ++r) {
@@ -387,7 +395,7 @@ constexpr auto kUnpackWeighTiles = TileTable<UnpackWeighTiles, kUnpackQueries, k
 
 // Weigh16 for bf16 rows read in place: whole 32-dim loads, then a 16-dim remainder through WeighTile16.
 void WeighInPlace(const float* const* p, int queries, const uint16_t* const* v, int64_t keys, int dims,
-                  float* const* out) {
+                  float* const* out, LinePrefetch& ahead) {
   const int loads = UnpackLoadsFor(std::min(queries, kUnpackQueries));
   const int whole = dims / 32 * 32;
   // Dims outer: a block's values at one tile of dims (64 keys x 96 bf16 = 12 KiB) stay in L1 while
@@ -396,7 +404,7 @@ void WeighInPlace(const float* const* p, int queries, const uint16_t* const* v, 
     const int rn = std::min(loads, (whole - d) / 32);
     for (int r = 0; r < queries; r += kUnpackQueries) {
       const int qn = std::min(kUnpackQueries, queries - r);
-      kUnpackWeighTiles[qn - 1][rn - 1](p + r, v, keys, d, out + r);
+      kUnpackWeighTiles[qn - 1][rn - 1](p + r, v, keys, d, out + r, ahead);
     }
   }
   if (whole == dims) return;
@@ -421,7 +429,7 @@ void Weigh16(const float* const* p, int queries, const T* const* v, int64_t keys
 
 }  // namespace
 
-bool ScoresByQueryPairs(int queries, int hd) { return queries <= kInPlaceQueries && hd % 8 == 0; }
+bool ScoresByQueryPairs(int queries, int hd) { return DecodeShaped(queries) && hd % 8 == 0; }
 bool ScoreWidePacksKeys(int queries, int hd) { return queries > kInPlaceQueries && hd % 8 == 0; }
 bool WeighWideReadsBf16InPlace(int queries) { return queries <= kInPlaceQueries; }
 
@@ -464,14 +472,14 @@ LP_AVX512F void WidenWide(const uint16_t* const* rows, int64_t n, int hd, float*
 }
 
 void WeighWide(const float* const* p, int queries, const float* const* v, int64_t keys, int dims,
-               float* const* out) {
+               float* const* out, LinePrefetch&) {
   Weigh16(p, queries, v, keys, dims, out);
 }
 
 void WeighWide(const float* const* p, int queries, const uint16_t* const* v, int64_t keys, int dims,
-               float* const* out) {
-  if (WeighWideReadsBf16InPlace(queries)) {
-    WeighInPlace(p, queries, v, keys, dims, out);
+               float* const* out, LinePrefetch& ahead) {
+  if (DecodeShaped(queries)) {
+    WeighInPlace(p, queries, v, keys, dims, out, ahead);
   } else {
     Weigh16(p, queries, v, keys, dims, out);
   }

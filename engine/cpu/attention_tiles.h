@@ -103,8 +103,8 @@ inline void WeighTail(const float* const* p, int queries, const T* const* v, int
   }
 }
 
-// Cache rows' lines handed to the prefetcher (into L2) a couple at a time while a kernel computes, for
-// rows read in place by a decode-shaped group: the next block's keys and this block's values. Rows
+// Cache rows' lines handed to the prefetcher (into L2) one or two at a time while a kernel computes,
+// for rows that a decode-shaped group reads in place a little later (attention.cc's RowsAhead). Rows
 // 1-2 KiB long read a few at a time are short streams that the hardware prefetchers pick up late;
 // from DRAM the products waited on them.
 class LinePrefetch {
@@ -156,12 +156,13 @@ void ScoreQueryPairs(const float* pairs, int queries, const uint16_t* const* k, 
 // out[r][0 .. dims) += Σ_j p[r][j] · v[j][..] for r < queries, dims a multiple of 16: WeighTile's
 // arithmetic on 512-bit registers (attention_avx512f.cc); bf16 values are read in place and widened
 // in registers where WeighWideReadsBf16InPlace (as many query vectors as a decode step has), else the
-// caller widens them first. Only where the CPU has AVX-512F.
+// caller widens them first; `ahead`'s lines are prefetched meanwhile (by the in-place kernels). Only
+// where the CPU has AVX-512F.
 bool WeighWideReadsBf16InPlace(int queries);
 void WeighWide(const float* const* p, int queries, const float* const* v, int64_t keys, int dims,
-               float* const* out);
+               float* const* out, LinePrefetch& ahead);
 void WeighWide(const float* const* p, int queries, const uint16_t* const* v, int64_t keys, int dims,
-               float* const* out);
+               float* const* out, LinePrefetch& ahead);
 
 // out[j * ld + d] = rows[j][d] widened to fp32 for j < n, d < hd: 16 values a step on 512-bit
 // registers (attention_avx512f.cc), the exact conversion. Only where the CPU has AVX-512F.

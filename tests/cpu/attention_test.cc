@@ -259,6 +259,8 @@ TEST(AttentionTest, BitIdenticalWhateverTheChunkingRowsHeadsAndPath) {
         variants.push_back({Chunks(s.tokens, {7, 3, 11}), {group, 2, 0, true, dot}});
         // odd chunk edges: the pairs of keys straddle them
         variants.push_back({Chunks(s.tokens, {3, 5}), {1, 3, 0, true, dot}});
+        // 7 vectors a call (one head, 7 rows): the decode-shaped kernels with a query pair missing its second
+        variants.push_back({Chunks(s.tokens, {7}), {1, 7, 0, true, dot}});
       } else {  // chunk edges that keep each block whole: at every block's begin and end
         std::vector<int64_t> cuts = {0, s.tokens};
         for (const PositionRange& b : s.images) cuts.insert(cuts.end(), {b.begin, b.end});
