@@ -186,10 +186,9 @@ void WithRows(const AttentionChunk& c, int which, int64_t koff, int64_t b, int64
   }
 }
 
-// Decode-shaped groups of this many vectors prefetch while they compute: their products take long
-// enough to cover looking the rows up (a sliding layer's 2 vectors a KV head ran 10-15 % slower so).
-constexpr int kPrefetchingVectors = 8;
-
+// What a decode-shaped group's work on a block prefetches, for a bf16 cache (the 512-bit kernels that
+// read such rows in place take the prefetches in their steps; an fp32 cache's values are weighed by
+// the row-pair kernels, which do not).
 // A segment [a, e) is read as its keys' rows, then its values' (after the softmax): read position i of
 // that order is key a + i for i < e - a, else value a + i - (e - a). The block at read position x (n
 // rows) prefetches the cache rows of the next block, read positions [x + n, x + 2n): each block's work
@@ -310,7 +309,7 @@ void AttendVectors(const AttentionChunk& c, int kv_head, int hd, int vectors, co
     PackQueryPairs(g.q, g.vectors, hd, s.q_pairs.data());
     g.q_pairs = s.q_pairs.data();
   }
-  const bool prefetch = g.q_pairs != nullptr && g.vectors >= kPrefetchingVectors;
+  const bool prefetch = g.q_pairs != nullptr && std::is_same_v<T, uint16_t>;
 
   for (int64_t seg = seg_begin; seg < seg_end; ++seg) {
     const int64_t a = std::max(span.first, (span.first_segment + seg) * kKeySegment);

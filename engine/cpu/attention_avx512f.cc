@@ -211,9 +211,7 @@ LP_AVX512BW void QueryPairScoreTile(const float* pairs, int64_t step, int querie
 #pragma GCC unroll 8
     for (int c = 0; c < K; ++c) acc[r][c] = _mm512_setzero_ps();
   for (int d = 0; d < hd; d += 8) {
-    // A line a step (two for fp32 rows): a block's 64 rows of 16 (32) lines over its ~1400 steps.
-#pragma GCC unroll 2
-    for (size_t i = 0; i < sizeof(T) / 2; ++i) feed.Next();
+    feed.Next();  // a line a step: a block's 64 bf16 rows of 16 lines over its ~1400 steps
     __m512 kv[K];
 #pragma GCC unroll 8
     for (int c = 0; c < K; ++c) kv[c] = KeyHalves(k[c] + d, widen);
@@ -325,8 +323,8 @@ constexpr auto kWeighTiles16 =
 // Load16 takes two.
 // Query vectors per tile; 32-dim loads per tile by vectors (Q x 2R accumulators within 24).
 constexpr int kUnpackQueries = 8;
-constexpr int kUnpackLoads = 3;
-constexpr int UnpackLoadsFor(int queries) { return queries <= 4 ? 3 : queries <= 6 ? 2 : 1; }
+constexpr int kUnpackLoads = 2;
+constexpr int UnpackLoadsFor(int queries) { return queries <= 6 ? 2 : 1; }
 
 // Lanes of the concatenation (a: 0-15, b: 16-31) of two 16-dim registers.
 LP_AVX512F inline __m512i DimsIndex(int first) {  // dims first .. first + 3 of every 8
@@ -398,7 +396,7 @@ void WeighInPlace(const float* const* p, int queries, const uint16_t* const* v, 
                   float* const* out, LinePrefetch& ahead) {
   const int loads = UnpackLoadsFor(std::min(queries, kUnpackQueries));
   const int whole = dims / 32 * 32;
-  // Dims outer: a block's values at one tile of dims (64 keys x 96 bf16 = 12 KiB) stay in L1 while
+  // Dims outer: a block's values at one tile of dims (64 keys x 32-64 bf16, 4-8 KiB) stay in L1 while
   // every query passes.
   for (int d = 0; d < whole; d += 32 * loads) {
     const int rn = std::min(loads, (whole - d) / 32);
