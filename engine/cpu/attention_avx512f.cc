@@ -16,6 +16,7 @@
 
 #include "engine/cpu/attention_tiles.h"
 #include "engine/cpu/avx512_pairs.h"
+#include "engine/cpu/avx512_transpose.h"
 #include "engine/cpu/thread_scratch.h"
 #include "engine/cpu/tile_table.h"
 #include "engine/model/bf16.h"
@@ -324,6 +325,10 @@ constexpr auto kWeighTiles16 =
 // Query vectors per tile; 32-dim loads per tile by vectors (Q x 2R accumulators within 24).
 constexpr int kUnpackQueries = 8;
 constexpr int kUnpackLoads = 2;
+// The weights are laid out by key for the tiles (WeightsByKey): a key's 16 vectors' weights in a line,
+// each key's at a fixed offset from the last, so a tile addresses them from one pointer (8 pointers
+// of its own, the tile spilled registers: 2-3 % of the global layer's decode attention).
+constexpr int kWeightsPerKey = 16;
 constexpr int UnpackLoadsFor(int queries) { return queries <= 6 ? 2 : 1; }
 
 // Lanes of the concatenation (a: 0-15, b: 16-31) of two 16-dim registers.
@@ -341,8 +346,9 @@ LP_AVX512F inline __m512i InterleavedIndex(int first) {  // the inverse: dims fi
   return _mm512_load_si512(idx);
 }
 
+// out[r][d0 .. d0 + 32·R) += Σ_j w[j · kWeightsPerKey + r] · v[j][d0 ..] for j in [0, keys), in j order.
 template <int Q, int R>
-LP_AVX512BW void UnpackWeighTile(const float* const* p, const uint16_t* const* v, int64_t keys, int d0,
+LP_AVX512BW void UnpackWeighTile(const float* w, const uint16_t* const* v, int64_t keys, int d0,
                                  float* const* out, LinePrefetch& ahead) {
   LinePrefetch feed = ahead;  // in registers while the tile runs
   const __m512i low = DimsIndex(0), high = DimsIndex(4);
@@ -368,7 +374,7 @@ LP_AVX512BW void UnpackWeighTile(const float* const* p, const uint16_t* const* v
     }
 #pragma GCC unroll 8
     for (int r = 0; r < Q; ++r) {
-      const __m512 pr = _mm512_set1_ps(p[r][j]);
+      const __m512 pr = _mm512_set1_ps(w[j * kWeightsPerKey + r]);
 #pragma GCC unroll 8
       for (int x = 0; x < 2 * R; ++x) acc[r][x] = _mm512_fmadd_ps(pr, vv[x], acc[r][x]);
     }
@@ -391,9 +397,30 @@ struct UnpackWeighTiles {
 };
 constexpr auto kUnpackWeighTiles = TileTable<UnpackWeighTiles, kUnpackQueries, kUnpackLoads>();
 
+// The weights p[r][j] of up to 16 vectors at `keys` keys by key: w[j · kWeightsPerKey + r], zeros past
+// `queries`; 16 keys at a time through an in-register transpose.
+enum class WeighSlot { kWeightsByKey };
+LP_AVX512F const float* WeightsByKey(const float* const* p, int queries, int64_t keys) {
+  static_assert(kWeightsPerKey == 16, "one transpose of 16 x 16 lays out 16 keys");
+  float* w = ThreadScratch<float, WeighSlot::kWeightsByKey>(static_cast<size_t>((keys + 15) / 16 * 16 * 16));
+  for (int64_t j = 0; j < keys; j += 16) {
+    const __mmask16 m = static_cast<__mmask16>(keys - j >= 16 ? 0xffff : (1u << (keys - j)) - 1);
+    __m512i rows[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) {
+      rows[r] = r < queries ? _mm512_castps_si512(_mm512_maskz_loadu_ps(m, p[r] + j)) : _mm512_setzero_si512();
+    }
+    avx512_transpose::Transpose16(rows);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) _mm512_store_si512(w + (j + i) * kWeightsPerKey, rows[i]);
+  }
+  return w;
+}
+
 // Weigh16 for bf16 rows read in place: whole 32-dim loads, then a 16-dim remainder through WeighTile16.
 void WeighInPlace(const float* const* p, int queries, const uint16_t* const* v, int64_t keys, int dims,
                   float* const* out, LinePrefetch& ahead) {
+  const float* w = WeightsByKey(p, queries, keys);
   const int loads = UnpackLoadsFor(std::min(queries, kUnpackQueries));
   const int whole = dims / 32 * 32;
   // Dims outer: a block's values at one tile of dims (64 keys x 32-64 bf16, 4-8 KiB) stay in L1 while
@@ -402,7 +429,7 @@ void WeighInPlace(const float* const* p, int queries, const uint16_t* const* v, 
     const int rn = std::min(loads, (whole - d) / 32);
     for (int r = 0; r < queries; r += kUnpackQueries) {
       const int qn = std::min(kUnpackQueries, queries - r);
-      kUnpackWeighTiles[qn - 1][rn - 1](p + r, v, keys, d, out + r, ahead);
+      kUnpackWeighTiles[qn - 1][rn - 1](w + r, v, keys, d, out + r, ahead);
     }
   }
   if (whole == dims) return;
