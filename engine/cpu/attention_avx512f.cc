@@ -325,11 +325,11 @@ constexpr auto kWeighTiles16 =
 // Query vectors per tile; 32-dim loads per tile by vectors (Q x 2R accumulators within 24).
 constexpr int kUnpackQueries = 8;
 constexpr int kUnpackLoads = 2;
-// The weights are laid out by key for the tiles (WeightsByKey): a key's 16 vectors' weights in a line,
-// each key's at a fixed offset from the last, so a tile addresses them from one pointer (8 pointers
-// of its own, the tile spilled registers: 2-3 % of the global layer's decode attention).
-constexpr int kWeightsPerKey = 16;
 constexpr int UnpackLoadsFor(int queries) { return queries <= 6 ? 2 : 1; }
+// The weights are laid out by key for the tiles (WeightsByKey): a key's 16 vectors' weights in a line,
+// each key's at a fixed offset from the last, so a tile addresses them from one pointer (with 8
+// pointers of its own, the tile spilled registers: 2-3 % of the global layer's decode attention).
+constexpr int kWeightsPerKey = 16;
 
 // Lanes of the concatenation (a: 0-15, b: 16-31) of two 16-dim registers.
 LP_AVX512F inline __m512i DimsIndex(int first) {  // dims first .. first + 3 of every 8
@@ -417,7 +417,8 @@ LP_AVX512F const float* WeightsByKey(const float* const* p, int queries, int64_t
   return w;
 }
 
-// Weigh16 for bf16 rows read in place: whole 32-dim loads, then a 16-dim remainder through WeighTile16.
+// Weigh16 for bf16 rows read in place, for up to 16 queries (WeightsByKey's layout): whole 32-dim
+// loads, then a 16-dim remainder through WeighTile16.
 void WeighInPlace(const float* const* p, int queries, const uint16_t* const* v, int64_t keys, int dims,
                   float* const* out, LinePrefetch& ahead) {
   const float* w = WeightsByKey(p, queries, keys);
