@@ -159,8 +159,7 @@ void WithRows(const AttentionChunk& c, int which, int64_t koff, int64_t b, int64
   };
   if constexpr (std::is_same_v<T, uint16_t>) {
     const bool kernel_takes_bf16 =
-        s.avx512 && (which == 0 ? ScoreWidePacksKeys(vectors, hd) || ScoresByQueryPairs(vectors, hd)
-                                : WeighWideReadsBf16InPlace(vectors));
+        s.avx512 && (which == 0 ? ScoreWideTakesBf16(vectors, hd) : WeighWideReadsBf16InPlace(vectors));
     if (vectors > kQueries && !kernel_takes_bf16) {
       const int64_t ld = WideRowStride(hd);
       float* wide = ThreadScratch<float, AttentionScratchSlot::kWideRows>(static_cast<size_t>(n * ld));
@@ -282,12 +281,13 @@ bool Bf16Dot(const AttentionChunk& c, int hd, const AttentionScratch& s) {
 // Segments [seg_begin, seg_end) of `span` for the query vectors s.q[0 .. vectors), vector v seeing the
 // keys visible(v, a, e) = {lo, hi} of a segment's [a, e): per segment, scores of its keys, a softmax
 // within the segment per vector, and the weighted values, into the partials (vector v's at row v).
-// Keys are read through `c` (its cache before c.pos0, its own rows after). `queries_rounded`: s.q16
-// already holds the queries in bf16 (a later segment of the same group, for the bf16 pairs).
+// Keys are read through `c` (its cache before c.pos0, its own rows after). `queries_prepared`: s.q16
+// or s.q_pairs already holds the queries as the products take them (a later segment of the same group:
+// rounded to bf16 for the bf16 pairs, in pairs for the decode-shaped kernels).
 template <typename T, typename Visible>
 void AttendVectors(const AttentionChunk& c, int kv_head, int hd, int vectors, const KeySpan& span, int64_t seg_begin,
                    int64_t seg_end, Visible&& visible, SegmentPartials& part, AttentionScratch& s,
-                   bool queries_rounded) {
+                   bool queries_prepared) {
   const bool dot = Bf16Dot(c, hd, s);
   const int64_t koff = int64_t(kv_head) * hd;
   Group g;
@@ -300,13 +300,15 @@ void AttendVectors(const AttentionChunk& c, int kv_head, int hd, int vectors, co
   g.p = s.p.data();
   s.scores.resize(static_cast<size_t>(g.vectors * g.ld));
   float* scores = s.scores.data();
-  if (dot && !queries_rounded) {
+  if (dot && !queries_prepared) {
     s.q16.resize(static_cast<size_t>(g.vectors) * hd);
     for (int v = 0; v < g.vectors; ++v) F32ToBf16Row(g.q[v], s.q16.data() + int64_t{v} * hd, hd);
   }
   if (!dot && s.avx512 && ScoresByQueryPairs(g.vectors, hd)) {
-    s.q_pairs.resize(static_cast<size_t>(QueryPairFloats(g.vectors, hd)));
-    PackQueryPairs(g.q, g.vectors, hd, s.q_pairs.data());
+    if (!queries_prepared) {
+      s.q_pairs.resize(static_cast<size_t>(QueryPairFloats(g.vectors, hd)));
+      PackQueryPairs(g.q, g.vectors, hd, s.q_pairs.data());
+    }
     g.q_pairs = s.q_pairs.data();
   }
   const bool prefetch = g.q_pairs != nullptr && std::is_same_v<T, uint16_t>;
@@ -364,7 +366,7 @@ void AttendVectors(const AttentionChunk& c, int kv_head, int hd, int vectors, co
 template <typename T>
 void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd, int64_t row_begin,
                  int64_t row_end, int64_t seg_begin, int64_t seg_end, SegmentPartials& part, AttentionScratch& s,
-                 bool queries_rounded = false) {
+                 bool queries_prepared = false) {
   const int vectors = static_cast<int>((row_end - row_begin) * heads);
   s.q.resize(vectors);
   for (int v = 0; v < vectors; ++v) s.q[v] = c.q + (row_begin + v / heads) * c.q_stride + (h0 + v % heads) * hd;
@@ -373,7 +375,7 @@ void AttendGroup(const AttentionChunk& c, int h0, int heads, int kv_head, int hd
     return std::pair<int64_t, int64_t>{std::max(a, FirstKey(c, p)), std::min(e - 1, LastKey(c, p))};
   };
   AttendVectors<T>(c, kv_head, hd, vectors, SpanOf(c, row_begin, row_end), seg_begin, seg_end, visible, part, s,
-                   queries_rounded);
+                   queries_prepared);
 }
 
 // Folds a segment's partial (at `at` in part) into one vector's running result: `out` holds
@@ -432,7 +434,7 @@ void AttendRows(const AttentionChunk& c, int h0, int h1, int kv_head, int hd, in
     s.running_sum.assign(static_cast<size_t>(vectors), 0.0);
     for (int64_t seg = 0, segments = SegmentCount(c, r, r_end); seg < segments; ++seg) {
       s.partials.first = seg;
-      AttendGroup<T>(c, h0, heads, kv_head, hd, r, r_end, seg, seg + 1, s.partials, s, /*queries_rounded=*/seg > 0);
+      AttendGroup<T>(c, h0, heads, kv_head, hd, r, r_end, seg, seg + 1, s.partials, s, /*queries_prepared=*/seg > 0);
       for (int64_t v = 0; v < vectors; ++v) {
         Fold(s.partials, v, OutputOf(c, h0, heads, hd, r, v), &s.running_max[v], &s.running_sum[v]);
       }
@@ -503,7 +505,7 @@ void AttendSharedSegments(absl::Span<const AttentionChunk* const> chunks, int he
   const AttentionChunk& c = *chunks[0];  // the keys' rows are the same memory in every chunk's cache
   WithCacheType(c.precision, [&](auto t) {
     AttendVectors<decltype(t)>(c, kv_head, head_dim, vectors, span, seg_begin, seg_end, every_key, partials, scratch,
-                               /*queries_rounded=*/false);
+                               /*queries_prepared=*/false);
   });
 }
 

@@ -39,6 +39,15 @@ using avx512_pairs::StorePairSums;
 constexpr int kScoreQueries = 4;
 constexpr int kKeyPairs = 6;
 
+// Query vectors up to which a group scores by query pairs and weighs bf16 values in place; more share
+// each block's packed keys and widened values (the global layer's 32 vectors of two rows took 4-6 %
+// longer in place, its 16 of one row 12-18 % less before prefetching). A sliding layer's 2 vectors a
+// KV head keep the row-pair kernels (5 % faster there).
+constexpr int kInPlaceQueries = 16;
+// Up to one tile of queries, the row-pair kernels read rows in place (ScoreTile16, WeighTile16 over
+// bf16 rows); past that and up to kInPlaceQueries, the decode-shaped kernels do.
+bool DecodeShaped(int queries) { return queries > kScoreQueries && queries <= kInPlaceQueries; }
+
 // Key sources: Load(c, d) is pair c's two keys at dims [d, d + 8), side by side.
 // Rows in place: two half loads and a join per pair and step (and the widening for bf16).
 template <typename T, int P>
@@ -143,7 +152,8 @@ constexpr auto kPackedScoreTiles = TileTable<PackedScoreTiles, kScoreQueries, kK
 template <typename T>
 void Score16(const float* const* q, int queries, const T* const* k, int64_t keys, int hd, float* scores,
              int64_t ld) {
-  const float* pairs = ScoreWidePacksKeys(queries, hd) ? PackKeyPairs(k, keys, hd) : nullptr;
+  // More queries than a decode step has share the keys packed once (ScoresByQueryPairs takes fewer).
+  const float* pairs = queries > kInPlaceQueries && hd % 8 == 0 ? PackKeyPairs(k, keys, hd) : nullptr;
   // Key tiles outer: a tile's rows (12 x 512 fp32 = 24 KiB at most) stay in L1 while every query passes.
   for (int64_t c = 0; c < keys; c += 2 * kKeyPairs) {
     const int kn = static_cast<int>(std::min<int64_t>(2 * kKeyPairs, keys - c));
@@ -169,14 +179,6 @@ void Score16(const float* const* q, int queries, const T* const* k, int64_t keys
 constexpr int kQueryPairs = 8;
 constexpr int kPairKeys = 6;
 constexpr int PairKeysFor(int pairs) { return pairs <= 3 ? 6 : pairs <= 4 ? 4 : 3; }
-// Query vectors up to which a group scores by query pairs and weighs bf16 values in place; more share
-// each block's packed keys and widened values (the global layer's 32 vectors of two rows took 4-6 %
-// longer in place, its 16 of one row 12-18 % less before prefetching). A sliding layer's 2 vectors a
-// KV head keep the row-pair kernels (5 % faster there).
-constexpr int kInPlaceQueries = 16;
-// Up to one tile of queries, the row-pair kernels read rows in place (ScoreTile16, WeighTile16 over
-// bf16 rows); past that and up to kInPlaceQueries, the decode-shaped kernels do.
-bool DecodeShaped(int queries) { return queries > kScoreQueries && queries <= kInPlaceQueries; }
 
 LP_AVX512F inline __m512 KeyHalves(const float* k, __m512i) { return BroadcastHalves(k); }
 LP_AVX512BW inline __m512 KeyHalves(const uint16_t* k, __m512i widen) {
@@ -421,9 +423,9 @@ LP_AVX512F const float* WeightsByKey(const float* const* p, int queries, int64_t
 // loads, then a 16-dim remainder through WeighTile16.
 void WeighInPlace(const float* const* p, int queries, const uint16_t* const* v, int64_t keys, int dims,
                   float* const* out, LinePrefetch& ahead) {
-  const float* w = WeightsByKey(p, queries, keys);
   const int loads = UnpackLoadsFor(std::min(queries, kUnpackQueries));
   const int whole = dims / 32 * 32;
+  const float* w = whole > 0 ? WeightsByKey(p, queries, keys) : nullptr;
   // Dims outer: a block's values at one tile of dims (64 keys x 32-64 bf16, 4-8 KiB) stay in L1 while
   // every query passes.
   for (int d = 0; d < whole; d += 32 * loads) {
@@ -456,7 +458,7 @@ void Weigh16(const float* const* p, int queries, const T* const* v, int64_t keys
 }  // namespace
 
 bool ScoresByQueryPairs(int queries, int hd) { return DecodeShaped(queries) && hd % 8 == 0; }
-bool ScoreWidePacksKeys(int queries, int hd) { return queries > kInPlaceQueries && hd % 8 == 0; }
+bool ScoreWideTakesBf16(int queries, int hd) { return queries <= kScoreQueries || hd % 8 == 0; }
 bool WeighWideReadsBf16InPlace(int queries) { return queries <= kInPlaceQueries; }
 
 int64_t QueryPairFloats(int queries, int hd) { return int64_t{(queries + 1) / 2} * 2 * hd; }

@@ -132,10 +132,8 @@ class LinePrefetch {
 };
 
 // scores[r * ld + c] = q[r] · k[c] for r < queries, c < keys: ScoreTile's arithmetic on 512-bit
-// registers (attention_avx512f.cc); where ScoreWidePacksKeys (more query vectors than a decode step
-// has), the keys are first packed (and bf16 ones widened) once for all the queries. Only where the CPU
-// has AVX-512F.
-bool ScoreWidePacksKeys(int queries, int hd);
+// registers (attention_avx512f.cc); with more query vectors than a decode step has, the keys are first
+// packed (and bf16 ones widened) once for all the queries. Only where the CPU has AVX-512F.
 void ScoreWide(const float* const* q, int queries, const float* const* k, int64_t keys, int hd, float* scores,
                int64_t ld);
 void ScoreWide(const float* const* q, int queries, const uint16_t* const* k, int64_t keys, int hd, float* scores,
@@ -146,6 +144,9 @@ void ScoreWide(const float* const* q, int queries, const uint16_t* const* k, int
 // the keys read in place, bf16 ones widened in registers; `ahead`'s lines are prefetched meanwhile.
 // Only where the CPU has AVX-512F.
 bool ScoresByQueryPairs(int queries, int hd);
+// Whether ScoreWide or ScoreQueryPairs takes bf16 keys as they are for `queries` vectors (it packs
+// them, or reads them in place), so that the caller need not widen them.
+bool ScoreWideTakesBf16(int queries, int hd);
 int64_t QueryPairFloats(int queries, int hd);
 void PackQueryPairs(const float* const* q, int queries, int hd, float* out);
 void ScoreQueryPairs(const float* pairs, int queries, const float* const* k, int64_t keys, int hd, float* scores,
