@@ -35,9 +35,10 @@ struct Layer {
   const char* name;
   int heads, kv_heads, head_dim;
   int64_t window;  // 0: full attention
+  int64_t joined;  // the cache's joined rows, as the engine keeps them (engine/model/kv_bytes.h KvJoinedValues)
 };
-constexpr Layer kGlobal = {"global", 16, 1, 512, 0};
-constexpr Layer kSliding = {"sliding", 16, 8, 256, 1024};
+constexpr Layer kGlobal = {"global", 16, 1, 512, 0, 128};  // k_eq_v, 64 of 256 pairs rotate
+constexpr Layer kSliding = {"sliding", 16, 8, 256, 1024, 0};
 
 struct Case {
   Layer layer;
@@ -88,7 +89,7 @@ double Time(const Case& c, Precision precision, int reps, bool cold, bool togeth
             std::mt19937& rng) {
   const Layer& l = c.layer;
   const int64_t kw = int64_t(l.kv_heads) * l.head_dim, qw = int64_t(l.heads) * l.head_dim;
-  LayerKvCache cache(l.window > 0, l.window > 0 ? l.window : 1, kw, precision);
+  LayerKvCache cache(l.window > 0, l.window > 0 ? l.window : 1, kw, precision, l.joined);
   cache.Reserve(c.context + c.n);
   const int64_t first = l.window > 0 ? std::max<int64_t>(0, c.context - l.window) : 0;
   const AlignedVector<float> old = Random(static_cast<size_t>(kw * 2), 1.0f, rng);

@@ -3,8 +3,9 @@
 
 Prints the sizing tables of docs/deploy.md (between its `sizing:begin` and `sizing:end` markers); with
 --check FILE, exits 1 unless FILE holds exactly these tables. The shapes are those of
-shared/docs/MODEL.md; the KV rules mirror engine/cpu/kv_cache.h (a sliding layer allocates its whole window
-ring at a sequence's first token, a full layer grows by pages of 256 positions) and the default split is a
+shared/docs/MODEL.md; the KV rules mirror engine/model/kv_layout.h (a sliding layer allocates its whole window
+ring at a sequence's first token, a full layer grows by pages of 256 positions, each position one joined row
+of K and V) and the default split is a
 port of coordinator/scheduling/planner.cc's PlanLayerRanges.
 """
 import argparse
@@ -18,6 +19,7 @@ VOCAB = 262144
 HEADS = 16
 SLIDING_HEAD_DIM, SLIDING_KV_HEADS = 256, 8
 FULL_HEAD_DIM, FULL_KV_HEADS = 512, 1
+FULL_ROTARY_PAIRS = 64  # partial_rotary_factor 0.25 of 512 / 2: the dims K does not share with V (k_eq_v)
 WINDOW = 1024
 LAYER_TYPES = (["sliding"] * 5 + ["full"]) * 8
 BF16 = 2
@@ -56,14 +58,16 @@ def weight_bytes(begin, end, first, last):
 
 
 def kv_bytes(begin, end, tokens, bytes_per_value=BF16):
-    """KV cache of one sequence of `tokens` positions over layers [begin, end) (K and V both stored)."""
+    """KV cache of one sequence of `tokens` positions over layers [begin, end): a sliding layer's K and V
+    rows; a full layer's joined rows (engine/model/joined_kv.h), its 512 V values and K's 128 rotated ones."""
     total = 0
     for l in range(begin, end):
         if LAYER_TYPES[l] == "sliding":
-            rows, width = WINDOW, SLIDING_KV_HEADS * SLIDING_HEAD_DIM
+            rows, values = WINDOW, 2 * SLIDING_KV_HEADS * SLIDING_HEAD_DIM
         else:
-            rows, width = math.ceil(tokens / KV_PAGE_TOKENS) * KV_PAGE_TOKENS, FULL_KV_HEADS * FULL_HEAD_DIM
-        total += rows * 2 * width * bytes_per_value
+            rows = math.ceil(tokens / KV_PAGE_TOKENS) * KV_PAGE_TOKENS
+            values = FULL_KV_HEADS * (FULL_HEAD_DIM + 2 * FULL_ROTARY_PAIRS)
+        total += rows * values * bytes_per_value
     return total
 
 

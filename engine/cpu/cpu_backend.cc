@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "engine/cpu/attention.h"
 #include "engine/cpu/embedders.h"
+#include "engine/model/kv_bytes.h"
 #include "engine/model/bf16.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/ops.h"
@@ -47,13 +48,17 @@ CpuBackend::CpuBackend(const ModelWeights& weights, Precision precision, ThreadP
   });
   inv_freq_sliding_ = RopeInvFreq(cfg_.head_dim, cfg_.rope_sliding.theta, cfg_.rope_sliding.partial_rotary_factor);
   inv_freq_full_ = RopeInvFreq(cfg_.global_head_dim, cfg_.rope_full.theta, cfg_.rope_full.partial_rotary_factor);
+  for (int l = layer_begin(); l < layer_end(); ++l) {
+    if (KvJoinedValues(cfg_, l) > 0 && !joined_order_) joined_order_.emplace(cfg_.HeadDim(l), cfg_.RotaryPairs(l));
+  }
 }
 
 std::unique_ptr<SequenceState> CpuBackend::NewSequence() const {
   std::vector<LayerKvCache> layers;
   for (int l = layer_begin(); l < layer_end(); ++l) {
     const bool full = cfg_.layer_types[l] == LayerType::kFull;
-    layers.emplace_back(!full, cfg_.sliding_window, int64_t(cfg_.KvHeads(l)) * cfg_.HeadDim(l), precision_);
+    layers.emplace_back(!full, cfg_.sliding_window, int64_t(cfg_.KvHeads(l)) * cfg_.HeadDim(l), precision_,
+                        KvJoinedValues(cfg_, l));
   }
   return std::make_unique<SequenceKv>(std::move(layers), layer_begin());
 }
@@ -182,6 +187,8 @@ void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
   const int pairs = full ? RotaryPairs(inv_freq_full_) : RotaryPairs(inv_freq_sliding_);
   const float* cs = full ? cs_full_.data() : cs_sliding_.data();
   const int64_t window = full ? 0 : cfg_.sliding_window;
+  // A joined cache (engine/model/joined_kv.h) takes its rows, and gives its outputs, in other dim orders.
+  const JoinedOrder* joined = KvJoinedValues(cfg_, l) > 0 ? &*joined_order_ : nullptr;
 
   // Every row's keys and values; queries, attention, o_proj and the MLP for the query rows: all rows,
   // but on the model's last layer only those the caller reads (for a long prompt, its last).
@@ -233,6 +240,7 @@ void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
         RoundRowToBf16(k, k, kw);
         RoundRowToBf16(v, v, kw);
       }
+      if (joined != nullptr) joined->Rows(k, v);  // one KV head
     }
   });
   pool_.ParallelFor(Mq, [&](int64_t b, int64_t e) {
@@ -240,6 +248,9 @@ void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
       float* q = q_.data() + j * qw;
       RmsNormHeads(q, L.q_norm.data(), nh, hd, eps);
       ApplyRope(q, nh, hd, cs + rows[j] * 2 * pairs, pairs);
+      if (joined != nullptr) {
+        for (int h = 0; h < nh; ++h) joined->Query(q + int64_t(h) * hd, L.k_norm.data());
+      }
     }
   });
 
@@ -268,6 +279,13 @@ void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
   }
   const auto attention_start = std::chrono::steady_clock::now();
   attention_.Run(chunks, nh, kvh, hd, pool_);
+  if (joined != nullptr) {
+    pool_.ParallelFor(Mq, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        for (int h = 0; h < nh; ++h) joined->Output(attn_.data() + r * qw + int64_t(h) * hd);
+      }
+    });
+  }
   AddSince(attention_ns, attention_start);
   if (Mq == 0) return;
 

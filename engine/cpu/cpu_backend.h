@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "engine/cpu/aligned_vector.h"
 #include "engine/cpu/attention_tasks.h"
+#include "engine/cpu/joined_order.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cpu/kv_cache.h"
 #include "engine/backend/layer_backend.h"
@@ -53,6 +55,8 @@ class CpuBackend final : public LayerBackend {
   Precision precision_;
   ThreadPool& pool_;
   std::vector<double> inv_freq_sliding_, inv_freq_full_;
+  // The full layers' joined K/V rows, where the model has them (engine/model/kv_bytes.h KvJoinedValues).
+  std::optional<JoinedOrder> joined_order_;
   // Scratch reused across steps (a stage runs one step at a time).
   // Rows the kernels read and write whole vectors of start on cache lines.
   AlignedVector<float> a_, q_, k_, v_, attn_, o_, g_, u_;

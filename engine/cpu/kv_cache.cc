@@ -9,11 +9,15 @@
 
 namespace layerpipe {
 
-LayerKvCache::LayerKvCache(bool ring, int64_t window, int64_t row_width, Precision precision)
-    : ring_(ring), window_(window), width_(row_width), elem_(static_cast<size_t>(KvElementBytes(precision))) {}
+LayerKvCache::LayerKvCache(bool ring, int64_t window, int64_t row_width, Precision precision, int64_t joined)
+    : ring_(ring),
+      window_(window),
+      width_(row_width),
+      joined_(joined),
+      elem_(static_cast<size_t>(KvElementBytes(precision))) {}
 
 size_t LayerKvCache::block_bytes() const {
-  return static_cast<size_t>(kv::BlockBytes(ring_, window_, width_, static_cast<int64_t>(elem_)));
+  return static_cast<size_t>(kv::BlockBytes(ring_, window_, width_, static_cast<int64_t>(elem_), joined_));
 }
 
 // A block on a cache line (rows are whole 64-byte vectors, which attention then reads in place (fp32)
@@ -51,11 +55,12 @@ int64_t LayerKvCache::SharedPositions(const LayerKvCache& other) const {
 
 uint8_t* LayerKvCache::Row(int64_t pos, int which) {
   const kv::Slot s = kv::SlotOf(pos, ring_, window_);
-  return blocks_[s.block].get() + static_cast<size_t>(kv::RowOffset(s.slot, which, width_, ring_, window_)) * elem_;
+  const int64_t offset = kv::RowOffset(s.slot, which, width_, ring_, window_, joined_);
+  return blocks_[s.block].get() + static_cast<size_t>(offset) * elem_;
 }
 
 size_t LayerKvCache::bytes() const {
-  return blocks_.size() * static_cast<size_t>(kv::BlockBytes(ring_, window_, width_, static_cast<int64_t>(elem_)));
+  return blocks_.size() * block_bytes();
 }
 
 namespace {

@@ -12,10 +12,11 @@
 namespace layerpipe {
 
 // K and V rows ([kv_heads · head_dim] each) of one layer in host memory, laid out as engine/model/kv_layout.h
-// says: a ring of `window` slots for a sliding layer, pages that grow with the context for a full one.
+// says: a ring of `window` slots for a sliding layer, pages that grow with the context for a full one;
+// with `joined` > 0, K and V of a position are two views of one row (engine/model/joined_kv.h).
 class LayerKvCache {
  public:
-  LayerKvCache(bool ring, int64_t window, int64_t row_width, Precision precision);
+  LayerKvCache(bool ring, int64_t window, int64_t row_width, Precision precision, int64_t joined = 0);
 
   // Makes room for positions < end (allocates pages of a full layer).
   void Reserve(int64_t end);
@@ -30,6 +31,7 @@ class LayerKvCache {
   }
   bool ring() const { return ring_; }
   int64_t row_width() const { return width_; }
+  int64_t joined() const { return joined_; }
   size_t bytes() const;
 
   // This layer as of `length` positions: the whole pages below the cut shared (positions are written
@@ -50,8 +52,10 @@ class LayerKvCache {
   bool ring_;
   int64_t window_;
   int64_t width_;
+  int64_t joined_;
   size_t elem_;
-  // Ring: one block of [2][window][width]; paged: pages of [2][kv::kPageTokens][width]. Shared: a
+  // Ring: one block of [2][window][width]; paged: pages of [2][kv::kPageTokens][width] (or of
+  // [kv::kPageTokens][width + joined] joined rows). Shared: a
   // snapshot and the sequences started from it hold the same whole pages.
   std::vector<std::shared_ptr<uint8_t[]>> blocks_;
 };

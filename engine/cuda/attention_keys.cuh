@@ -24,7 +24,7 @@ __device__ __forceinline__ const T* KeyRow(const KeySource& src, const SliceMeta
   const bool ring = src.window > 0;
   const kv::Slot slot = kv::SlotOf(key, ring, src.window);
   const T* block = reinterpret_cast<const T*>(src.ptrs[kv_off + slot.block]);
-  return block + kv::RowOffset(slot.slot, which, src.kv_width, ring, src.window) + head_off;
+  return block + kv::RowOffset(slot.slot, which, src.kv_width, ring, src.window, src.joined) + head_off;
 }
 
 }  // namespace layerpipe::cuda

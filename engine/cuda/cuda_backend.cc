@@ -32,6 +32,7 @@
 #include "engine/cuda/step_scratch.h"
 #include "engine/cuda/stream.h"
 #include "engine/cuda/tied_embedding.h"
+#include "engine/model/kv_bytes.h"
 
 namespace layerpipe {
 namespace cuda {
@@ -191,7 +192,8 @@ std::unique_ptr<SequenceState> CudaBackend::NewSequence() const {
   const size_t elem = precision_ == Precision::kFp32 ? 4 : 2;
   for (int l = layer_begin(); l < layer_end(); ++l) {
     const bool full = cfg_.layer_types[l] == LayerType::kFull;
-    layers.emplace_back(!full, cfg_.sliding_window, int64_t(cfg_.KvHeads(l)) * cfg_.HeadDim(l), elem);
+    layers.emplace_back(!full, cfg_.sliding_window, int64_t(cfg_.KvHeads(l)) * cfg_.HeadDim(l), elem,
+                        KvJoinedValues(cfg_, l));
   }
   return std::make_unique<DeviceSequenceKv>(this, stream_, std::move(layers));
 }

@@ -4,6 +4,7 @@
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
+#include "engine/model/kv_bytes.h"
 
 namespace layerpipe::cuda {
 
@@ -28,6 +29,7 @@ absl::Status DecoderLayers::RunLayer(int l, const StepShape& shape) {
       reinterpret_cast<const int32_t*>(meta + lay.kv_offset) + int64_t(l - layer_begin_) * shape.num_slices;
   const auto* ptrs = reinterpret_cast<const uint64_t*>(meta + lay.ptrs);
   const int64_t window = full ? 0 : cfg_.sliding_window;
+  const int64_t joined = KvJoinedValues(cfg_, l);
   // Image blocks see each other both ways on sliding layers only; full layers stay causal.
   const auto* last_key =
       full || !shape.last_keys ? nullptr : reinterpret_cast<const int64_t*>(meta + lay.last_key);
@@ -51,9 +53,10 @@ absl::Status DecoderLayers::RunLayer(int l, const StepShape& shape) {
   prep.k_new = s.k_new.get();
   prep.v_new = s.v_new.get();
   prep.kv_bf16 = bf16_;
+  prep.joined = joined > 0;
   LP_CUDA_RETURN_IF_ERROR(LaunchQkvPrep(prep, stream_));
 
-  const KeySource kv{s.k_new.get(), s.v_new.get(), kw, ptrs, window};
+  const KeySource kv{s.k_new.get(), s.v_new.get(), kw, ptrs, window, joined};
   AttentionParams at{};
   at.q = s.qkv.as<float>();
   at.q_stride = L.qkv.rows;
@@ -98,6 +101,9 @@ absl::Status DecoderLayers::RunLayer(int l, const StepShape& shape) {
   store.rows = M;
   store.kv_bf16 = bf16_;
   LP_CUDA_RETURN_IF_ERROR(LaunchStoreKv(store, stream_));
+  if (joined > 0) {
+    LP_CUDA_RETURN_IF_ERROR(LaunchJoinedOutputOrder(s.attn.get(), bf16_, M, nh, hd, prep.pairs, stream_));
+  }
 
   LP_RETURN_IF_ERROR(gemm_->Run(s.attn.get(), L.o.data.get(), bf16_, M, H, qw, s.o.as<float>(), stream_));
   LP_CUDA_RETURN_IF_ERROR(LaunchPostAttention(s.o.as<float>(), L.post_attn_ln, s.h.as<float>(), L.pre_ff_ln, M, H,

@@ -45,7 +45,7 @@ void DeviceLayerKv::AppendBlockPointers(std::vector<uint64_t>* out) const {
 }
 
 absl::StatusOr<DeviceLayerKv> DeviceLayerKv::Frozen(int64_t length, cudaStream_t stream) const {
-  DeviceLayerKv out(ring_, window_, width_, elem_);
+  DeviceLayerKv out(ring_, window_, width_, elem_, joined_);
   const auto n = static_cast<size_t>(kv::BlocksAt(ring_, length));
   for (size_t b = 0; b < n && b < blocks_.size(); ++b) {
     // Positions below the cut are never written again: a whole page can be shared.

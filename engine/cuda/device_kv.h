@@ -22,8 +22,9 @@ namespace layerpipe::cuda {
 
 class DeviceLayerKv {
  public:
-  DeviceLayerKv(bool ring, int64_t window, int64_t row_width, size_t elem_bytes)
-      : ring_(ring), window_(window), width_(row_width), elem_(elem_bytes) {}
+  // joined: kv_layout.h's joined rows (0: K and V rows apart).
+  DeviceLayerKv(bool ring, int64_t window, int64_t row_width, size_t elem_bytes, int64_t joined)
+      : ring_(ring), window_(window), width_(row_width), joined_(joined), elem_(elem_bytes) {}
 
   // Allocates what positions < end need.
   absl::Status Reserve(int64_t end);
@@ -38,12 +39,13 @@ class DeviceLayerKv {
 
  private:
   size_t BlockBytes() const {
-    return static_cast<size_t>(kv::BlockBytes(ring_, window_, width_, static_cast<int64_t>(elem_)));
+    return static_cast<size_t>(kv::BlockBytes(ring_, window_, width_, static_cast<int64_t>(elem_), joined_));
   }
 
   bool ring_;
   int64_t window_;
   int64_t width_;
+  int64_t joined_;
   size_t elem_;
   std::vector<std::shared_ptr<DeviceBuffer>> blocks_;
 };

@@ -49,8 +49,15 @@ struct QkvPrepParams {
   void* k_new;
   void* v_new;
   bool kv_bf16;
+  // A joined cache's layer (engine/model/joined_kv.h, one KV head): q, k_new and v_new in its dim orders.
+  bool joined;
 };
 cudaError_t LaunchQkvPrep(const QkvPrepParams& p, cudaStream_t stream);
+
+// out[r][head] (heads·head_dim a row, fp32 or bf16) from a joined cache's value order back to the head's
+// (engine/model/joined_kv.h), before o_proj reads it.
+cudaError_t LaunchJoinedOutputOrder(void* out, bool out_bf16, int64_t rows, int heads, int head_dim, int pairs,
+                                    cudaStream_t stream);
 
 // Where a layer's keys and values are (attention_keys.cuh reads them): the step's own rows in k_new /
 // v_new, older positions in the sequences' caches through the step's block pointers.
@@ -60,6 +67,7 @@ struct KeySource {
   int64_t kv_width;      // kv_heads · head_dim, also the cache row width
   const uint64_t* ptrs;  // the step's block pointers
   int64_t window;        // 0: full attention over pages; > 0: sliding over a ring of `window` slots
+  int64_t joined;        // the cache's joined rows (engine/model/kv_layout.h); 0: K and V rows apart
 };
 
 // Causal (optionally sliding-window) GQA attention of the step's rows against their sequences' caches

@@ -209,8 +209,8 @@ __global__ void StoreKvKernel(StoreKvParams p) {
   if (!kv::CacheKeepsRow(i, s.n, ring, p.kv.window)) return;
   const kv::Slot slot = kv::SlotOf(s.pos0 + i, ring, p.kv.window);
   T* block = reinterpret_cast<T*>(p.kv.ptrs[p.kv_offset[si] + slot.block]);
-  T* kdst = block + kv::RowOffset(slot.slot, 0, p.kv.kv_width, ring, p.kv.window);
-  T* vdst = block + kv::RowOffset(slot.slot, 1, p.kv.kv_width, ring, p.kv.window);
+  T* kdst = block + kv::RowOffset(slot.slot, 0, p.kv.kv_width, ring, p.kv.window, p.kv.joined);
+  T* vdst = block + kv::RowOffset(slot.slot, 1, p.kv.kv_width, ring, p.kv.window, p.kv.joined);
   const T* ksrc = static_cast<const T*>(p.kv.k_new) + r * p.kv.kv_width;
   const T* vsrc = static_cast<const T*>(p.kv.v_new) + r * p.kv.kv_width;
   constexpr int kVec = 16 / sizeof(T);

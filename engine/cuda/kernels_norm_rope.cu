@@ -4,6 +4,7 @@
 
 #include "engine/cuda/device_common.cuh"
 #include "engine/cuda/kernels.h"
+#include "engine/model/joined_kv.h"
 
 namespace layerpipe::cuda {
 namespace {
@@ -92,10 +93,19 @@ __global__ void QkvPrepKernel(QkvPrepParams p) {
     return d < half ? st[d] * c - st[d + half] * s : st[d] * c + st[i] * s;
   };
 
+  // A joined cache's orders (engine/model/joined_kv.h): the queries' and keys' dim j is the head's
+  // KeyDim(j), the values' ValueDim(j); the queries' un-rotated dims take k_norm's weight.
   if (t < p.heads) {
     float* q = row + int64_t(t) * hd;
     norm_into_stage(q, p.q_norm);
-    for (int d = lane; d < hd; d += 32) q[d] = rotated(d);
+    for (int j = lane; j < hd; j += 32) {
+      if (!p.joined) {
+        q[j] = rotated(j);
+        continue;
+      }
+      const int d = kv::JoinedKeyDim(j, hd, p.pairs);
+      q[j] = kv::JoinedKeyRotated(j, p.pairs) ? rotated(d) : st[d] * p.k_norm[d];
+    }
     return;
   }
   const int kvh = t - p.heads;
@@ -104,10 +114,40 @@ __global__ void QkvPrepKernel(QkvPrepParams p) {
   const int64_t out = r * kw + int64_t(kvh) * hd;
   // V first: with k_eq_v it reads the raw keys, which the k pass below leaves untouched anyway.
   norm_into_stage(v, nullptr);
-  for (int d = lane; d < hd; d += 32) StoreAct(p.v_new, out + d, st[d], p.kv_bf16);
+  for (int j = lane; j < hd; j += 32) {
+    if (!p.joined) {
+      StoreAct(p.v_new, out + j, st[j], p.kv_bf16);
+      continue;
+    }
+    StoreAct(p.v_new, out + j, st[kv::JoinedValueDim(j, hd, p.pairs)], p.kv_bf16);
+    // The keys' un-rotated dims are V's (the weight went to the queries).
+    if (!kv::JoinedKeyRotated(j, p.pairs)) {
+      StoreAct(p.k_new, out + j, st[kv::JoinedKeyDim(j, hd, p.pairs)], p.kv_bf16);
+    }
+  }
   __syncwarp();  // every lane is done reading the stage before it is overwritten
   norm_into_stage(k, p.k_norm);
-  for (int d = lane; d < hd; d += 32) StoreAct(p.k_new, out + d, rotated(d), p.kv_bf16);
+  for (int j = lane; j < hd; j += 32) {
+    if (!p.joined) {
+      StoreAct(p.k_new, out + j, rotated(j), p.kv_bf16);
+    } else if (kv::JoinedKeyRotated(j, p.pairs)) {
+      StoreAct(p.k_new, out + j, rotated(kv::JoinedKeyDim(j, hd, p.pairs)), p.kv_bf16);
+    }
+  }
+}
+
+// One warp per (row, head): the head's attention output from a joined cache's value order back to its own.
+template <typename T>
+__global__ void JoinedOutputKernel(T* out, int heads, int hd, int pairs) {
+  __shared__ float stage[kPrepWarps][kMaxHeadDim];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int t = blockIdx.y * kPrepWarps + warp;
+  if (t >= heads) return;
+  T* o = out + int64_t(blockIdx.x) * heads * hd + int64_t(t) * hd;
+  float* st = stage[warp];
+  for (int j = lane; j < hd; j += 32) st[kv::JoinedValueDim(j, hd, pairs)] = ToFloat(o[j]);
+  __syncwarp();
+  for (int d = lane; d < hd; d += 32) o[d] = FromFloat<T>(st[d]);
 }
 
 }  // namespace
@@ -139,6 +179,19 @@ cudaError_t LaunchQkvPrep(const QkvPrepParams& p, cudaStream_t stream) {
   if (p.head_dim > kMaxHeadDim || p.head_dim % kHeadDimMultiple != 0) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(p.rows), (p.heads + p.kv_heads + kPrepWarps - 1) / kPrepWarps);
   QkvPrepKernel<<<grid, kPrepWarps * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchJoinedOutputOrder(void* out, bool out_bf16, int64_t rows, int heads, int head_dim, int pairs,
+                                    cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  if (head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(rows), (heads + kPrepWarps - 1) / kPrepWarps);
+  if (out_bf16) {
+    JoinedOutputKernel<<<grid, kPrepWarps * 32, 0, stream>>>(static_cast<__nv_bfloat16*>(out), heads, head_dim, pairs);
+  } else {
+    JoinedOutputKernel<<<grid, kPrepWarps * 32, 0, stream>>>(static_cast<float*>(out), heads, head_dim, pairs);
+  }
   return cudaGetLastError();
 }
 

@@ -87,6 +87,12 @@ struct ModelConfig {
   }
   // Full layers with k_eq_v have no v_proj: V is the un-normed, un-rotated key projection.
   bool HasVProj(int layer) const { return !(k_eq_v && layer_types[layer] == LayerType::kFull); }
+  // Pairs of a rotate-half head of `layer` that rotate (dims i and head_dim/2 + i, i < pairs); the
+  // rest pass unchanged.
+  int RotaryPairs(int layer) const {
+    const int pairs = static_cast<int>(Rope(layer).partial_rotary_factor * HeadDim(layer) / 2);
+    return pairs < HeadDim(layer) / 2 ? pairs : HeadDim(layer) / 2;
+  }
 };
 
 // Parses config.json text (nested "text_config" of gemma4_unified, or the flat gemma4_unified_text form).

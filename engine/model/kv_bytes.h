@@ -19,6 +19,11 @@ inline int64_t KvRowWidth(const ModelConfig& config, int layer) {
   return int64_t{config.KvHeads(layer)} * config.HeadDim(layer);
 }
 
+// The `joined` of `layer`'s cache rows (engine/model/kv_layout.h, joined_kv.h): its rotated dims where
+// it is a full layer with k_eq_v and one KV head, and the views keep 16-byte rows (the CUDA kernels'
+// loads); else 0 (K and V rows apart, as every sliding layer).
+int64_t KvJoinedValues(const ModelConfig& config, int layer);
+
 // Bytes the caches of layers [layer_begin, layer_end) hold once a sequence has `length` positions:
 // a sliding layer allocates its whole window ring on the first token, a full layer one page at a time.
 int64_t KvBytesAtLength(const ModelConfig& config, int layer_begin, int layer_end, Precision precision,

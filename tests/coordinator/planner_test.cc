@@ -15,7 +15,13 @@ ModelConfig Config12B() {
                       {"num_hidden_layers", 48},   {"num_attention_heads", 16},  {"head_dim", 256},
                       {"num_key_value_heads", 8},  {"global_head_dim", 512},     {"num_global_key_value_heads", 1},
                       {"layer_types", lt},         {"attention_k_eq_v", true},   {"sliding_window", 1024},
-                      {"max_position_embeddings", 262144}};
+                      {"max_position_embeddings", 262144},
+                      {"rope_parameters",
+                       {{"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
+                        {"full_attention",
+                         {{"rope_type", "proportional"},
+                          {"rope_theta", 1000000.0},
+                          {"partial_rotary_factor", 0.25}}}}}};
   auto cfg = ParseModelConfig(c.dump(), "test");
   EXPECT_TRUE(cfg.ok()) << cfg.status();
   return *cfg;
@@ -60,11 +66,13 @@ TEST(PlannerTest, KvBytesFollowTheCacheLayout) {
   const ModelConfig c = Config12B();
   // One sliding layer: a ring of 1024 rows of K and V, 8 heads x 256, bf16.
   EXPECT_EQ(KvBytesAtLength(c, 0, 1, Precision::kBf16, 10), 1024 * 2 * 8 * 256 * 2);
-  // One full layer: pages of 256 rows, 1 head x 512.
-  EXPECT_EQ(KvBytesAtLength(c, 5, 6, Precision::kBf16, 10), 256 * 2 * 512 * 2);
-  EXPECT_EQ(KvBytesAtLength(c, 5, 6, Precision::kBf16, 257), 512 * 2 * 512 * 2);
-  // MODEL.md: 262,144 tokens of global cache is 4 GiB in bf16 over the 8 full layers.
-  EXPECT_EQ(KvBytesAtLength(c, 0, 48, Precision::kBf16, 262144) - 40 * int64_t{1024 * 2 * 8 * 256 * 2}, int64_t{4} << 30);
+  // One full layer: pages of 256 joined rows (kv_layout.h), 1 head x 512 + the 128 rotated dims.
+  EXPECT_EQ(KvBytesAtLength(c, 5, 6, Precision::kBf16, 10), 256 * 640 * 2);
+  EXPECT_EQ(KvBytesAtLength(c, 5, 6, Precision::kBf16, 257), 512 * 640 * 2);
+  // MODEL.md: 262,144 tokens of K and V rows apart would be 4 GiB in bf16 over the 8 full layers; the
+  // joined rows keep 640 of their 1024 values: 2.5 GiB.
+  EXPECT_EQ(KvBytesAtLength(c, 0, 48, Precision::kBf16, 262144) - 40 * int64_t{1024 * 2 * 8 * 256 * 2},
+            (int64_t{5} << 30) / 2);
 }
 
 }  // namespace

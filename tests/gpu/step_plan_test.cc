@@ -25,11 +25,11 @@ TEST(KvIndexTest, SlotsMatchTheCpuCacheLayout) {
   for (int64_t pos : {0, 1, 5, 6, 7, 255, 256, 511, 700}) {
     const kv::Slot r = kv::SlotOf(pos, true, window);
     EXPECT_EQ(r.block, 0);
-    EXPECT_EQ(ring0 + kv::RowOffset(r.slot, 0, width, true, window), ring.K<float>(pos)) << pos;
-    EXPECT_EQ(ring0 + kv::RowOffset(r.slot, 1, width, true, window), ring.V<float>(pos)) << pos;
+    EXPECT_EQ(ring0 + kv::RowOffset(r.slot, 0, width, true, window, 0), ring.K<float>(pos)) << pos;
+    EXPECT_EQ(ring0 + kv::RowOffset(r.slot, 1, width, true, window, 0), ring.V<float>(pos)) << pos;
     const kv::Slot p = kv::SlotOf(pos, false, 0);
-    EXPECT_EQ(page_base[p.block] + kv::RowOffset(p.slot, 0, width, false, 0), pages.K<float>(pos)) << pos;
-    EXPECT_EQ(page_base[p.block] + kv::RowOffset(p.slot, 1, width, false, 0), pages.V<float>(pos)) << pos;
+    EXPECT_EQ(page_base[p.block] + kv::RowOffset(p.slot, 0, width, false, 0, 0), pages.K<float>(pos)) << pos;
+    EXPECT_EQ(page_base[p.block] + kv::RowOffset(p.slot, 1, width, false, 0, 0), pages.V<float>(pos)) << pos;
   }
   // A block's K rows back to back, then its V rows: a pass over keys (or values) reads memory in order.
   EXPECT_EQ(pages.K<float>(1), pages.K<float>(0) + width);
