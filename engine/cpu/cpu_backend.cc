@@ -46,8 +46,8 @@ CpuBackend::CpuBackend(const ModelWeights& weights, Precision precision, ThreadP
       LP_LOG(INFO) << line;
     }
   });
-  inv_freq_sliding_ = RopeInvFreq(cfg_.head_dim, cfg_.rope_sliding.theta, cfg_.rope_sliding.partial_rotary_factor);
-  inv_freq_full_ = RopeInvFreq(cfg_.global_head_dim, cfg_.rope_full.theta, cfg_.rope_full.partial_rotary_factor);
+  inv_freq_sliding_ = RopeInvFreq(cfg_.head_dim, cfg_.rope_sliding);
+  inv_freq_full_ = RopeInvFreq(cfg_.global_head_dim, cfg_.rope_full);
   for (int l = layer_begin(); l < layer_end(); ++l) {
     if (KvJoinedValues(cfg_, l) > 0 && !joined_order_) joined_order_.emplace(cfg_.HeadDim(l), cfg_.RotaryPairs(l));
   }
@@ -149,7 +149,7 @@ absl::Status CpuBackend::Forward(absl::Span<const SequenceSlice> slices, float* 
   if (positions.empty()) return absl::OkStatus();
   const int64_t M = static_cast<int64_t>(positions.size());
   // Rotary tables are shared by all layers of a type.
-  const int pairs_s = RotaryPairs(inv_freq_sliding_), pairs_f = RotaryPairs(inv_freq_full_);
+  const int pairs_s = cfg_.rope_sliding.Pairs(cfg_.head_dim), pairs_f = cfg_.rope_full.Pairs(cfg_.global_head_dim);
   cs_sliding_.resize(static_cast<size_t>(M * 2 * pairs_s));
   cs_full_.resize(static_cast<size_t>(M * 2 * pairs_f));
   for (int64_t r = 0; r < M; ++r) {
@@ -184,7 +184,7 @@ void CpuBackend::RunLayer(int l, absl::Span<const SequenceSlice> slices,
   const int nh = cfg_.num_heads, hd = cfg_.HeadDim(l), kvh = cfg_.KvHeads(l);
   const int64_t qw = int64_t(nh) * hd, kw = int64_t(kvh) * hd;
   const double eps = cfg_.rms_norm_eps;
-  const int pairs = full ? RotaryPairs(inv_freq_full_) : RotaryPairs(inv_freq_sliding_);
+  const int pairs = cfg_.RotaryPairs(l);
   const float* cs = full ? cs_full_.data() : cs_sliding_.data();
   const int64_t window = full ? 0 : cfg_.sliding_window;
   // A joined cache (engine/model/joined_kv.h) takes its rows, and gives its outputs, in other dim orders.

@@ -54,18 +54,10 @@ void RmsNormHeads(float* x, const float* w, int heads, int head_dim, double eps)
   for (int h = 0; h < heads; ++h) RmsNorm(x + int64_t(h) * head_dim, w, head_dim, eps, x + int64_t(h) * head_dim);
 }
 
-std::vector<double> RopeInvFreq(int head_dim, double theta, double partial_rotary_factor) {
-  const int half = head_dim / 2;
-  const int rotary = static_cast<int>(partial_rotary_factor * head_dim / 2);
-  std::vector<double> inv(half, 0.0);
-  for (int i = 0; i < rotary && i < half; ++i) inv[i] = std::pow(theta, -2.0 * i / head_dim);
+std::vector<double> RopeInvFreq(int head_dim, const RopeConfig& rope) {
+  std::vector<double> inv(head_dim / 2, 0.0);
+  for (int i = 0; i < rope.Pairs(head_dim); ++i) inv[i] = std::pow(rope.theta, -2.0 * i / head_dim);
   return inv;
-}
-
-int RotaryPairs(const std::vector<double>& inv_freq) {
-  int n = 0;
-  while (n < static_cast<int>(inv_freq.size()) && inv_freq[n] != 0.0) ++n;
-  return n;
 }
 
 void RopeCosSin(int64_t pos, const std::vector<double>& inv_freq, int rotary_pairs, float* out) {

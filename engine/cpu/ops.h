@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/model/config.h"
+
 namespace layerpipe {
 
 // out = x / sqrt(mean(x²) + eps) · w  (w as stored; w == nullptr means no weight). out may alias x.
@@ -14,8 +16,8 @@ void RmsNorm(const float* x, const float* w, int64_t n, double eps, float* out);
 // The same per head: x is [heads, head_dim].
 void RmsNormHeads(float* x, const float* w, int heads, int head_dim, double eps);
 
-// Rotary tables for one layer type: inv_freq[i] for i < head_dim/2 (zero past the rotary pairs).
-std::vector<double> RopeInvFreq(int head_dim, double theta, double partial_rotary_factor);
+// Rotary tables for one layer type: inv_freq[i] for i < head_dim/2 (zero past rope.Pairs(head_dim)).
+std::vector<double> RopeInvFreq(int head_dim, const RopeConfig& rope);
 
 // Rotate-half rotary of one [heads, head_dim] row at `pos` (dim j pairs with j + head_dim/2).
 // cos_sin holds cos then sin for the pairs that rotate (see RopeCosSin).
@@ -23,8 +25,6 @@ void ApplyRope(float* x, int heads, int head_dim, const float* cos_sin, int rota
 
 // cos/sin of pos · inv_freq for the first rotary_pairs pairs, computed in double: [cos × pairs, sin × pairs].
 void RopeCosSin(int64_t pos, const std::vector<double>& inv_freq, int rotary_pairs, float* out);
-
-int RotaryPairs(const std::vector<double>& inv_freq);
 
 // gelu_tanh(g) ⊙ u, into g.
 void GeluTanhMul(float* g, const float* u, int64_t n);

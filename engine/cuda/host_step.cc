@@ -44,10 +44,10 @@ StepPlanner::StepPlanner(const ModelConfig& cfg, int num_local, int sm_count, bo
       sm_count_(sm_count),
       gemm_attention_(gemm_attention),
       gemm_attention_budget_(gemm_attention_budget) {
-  inv_freq_sliding_ = RopeInvFreq(cfg_.head_dim, cfg_.rope_sliding.theta, cfg_.rope_sliding.partial_rotary_factor);
-  inv_freq_full_ = RopeInvFreq(cfg_.global_head_dim, cfg_.rope_full.theta, cfg_.rope_full.partial_rotary_factor);
-  pairs_sliding_ = RotaryPairs(inv_freq_sliding_);
-  pairs_full_ = RotaryPairs(inv_freq_full_);
+  inv_freq_sliding_ = RopeInvFreq(cfg_.head_dim, cfg_.rope_sliding);
+  inv_freq_full_ = RopeInvFreq(cfg_.global_head_dim, cfg_.rope_full);
+  pairs_sliding_ = cfg_.rope_sliding.Pairs(cfg_.head_dim);
+  pairs_full_ = cfg_.rope_full.Pairs(cfg_.global_head_dim);
   blocking_sliding_ = BlockingFor(cfg_.num_heads, std::max(1, cfg_.num_kv_heads));
   blocking_full_ = BlockingFor(cfg_.num_heads, std::max(1, cfg_.num_global_kv_heads));
 }

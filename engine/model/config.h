@@ -19,6 +19,11 @@ const char* LayerTypeName(LayerType t);
 struct RopeConfig {
   double theta = 10000.0;
   double partial_rotary_factor = 1.0;
+  // The pairs of a rotate-half head of head_dim that rotate (dims i and head_dim/2 + i, i < pairs).
+  int Pairs(int head_dim) const {
+    const int pairs = static_cast<int>(partial_rotary_factor * head_dim / 2);
+    return pairs < head_dim / 2 ? pairs : head_dim / 2;
+  }
 };
 
 // Gemma 4 unified's encoder-free image input (MULTIMODAL.md): one soft token per block of
@@ -87,12 +92,8 @@ struct ModelConfig {
   }
   // Full layers with k_eq_v have no v_proj: V is the un-normed, un-rotated key projection.
   bool HasVProj(int layer) const { return !(k_eq_v && layer_types[layer] == LayerType::kFull); }
-  // Pairs of a rotate-half head of `layer` that rotate (dims i and head_dim/2 + i, i < pairs); the
-  // rest pass unchanged.
-  int RotaryPairs(int layer) const {
-    const int pairs = static_cast<int>(Rope(layer).partial_rotary_factor * HeadDim(layer) / 2);
-    return pairs < HeadDim(layer) / 2 ? pairs : HeadDim(layer) / 2;
-  }
+  // Pairs of a head of `layer` that rotate; the rest pass unchanged.
+  int RotaryPairs(int layer) const { return Rope(layer).Pairs(HeadDim(layer)); }
 };
 
 // Parses config.json text (nested "text_config" of gemma4_unified, or the flat gemma4_unified_text form).
