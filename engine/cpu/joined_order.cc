@@ -13,7 +13,7 @@ float* HeadScratch(int head_dim) { return ThreadScratch<float, JoinedSlot::kHead
 
 }  // namespace
 
-JoinedOrder::JoinedOrder(int head_dim, int pairs) : rotated_(2 * pairs) {
+JoinedOrder::JoinedOrder(int head_dim, int pairs) : pairs_(pairs) {
   for (int j = 0; j < head_dim; ++j) {
     key_dims_.push_back(kv::JoinedKeyDim(j, head_dim, pairs));
     value_dims_.push_back(kv::JoinedValueDim(j, head_dim, pairs));
@@ -25,7 +25,7 @@ void JoinedOrder::Rows(float* k, float* u) const {
   float* kt = HeadScratch(hd);
   float* ut = kt + hd;
   for (int j = 0; j < hd; ++j) {
-    kt[j] = j < rotated_ ? k[key_dims_[j]] : u[key_dims_[j]];
+    kt[j] = kv::JoinedKeyRotated(j, pairs_) ? k[key_dims_[j]] : u[key_dims_[j]];
     ut[j] = u[value_dims_[j]];
   }
   for (int j = 0; j < hd; ++j) {
@@ -39,7 +39,7 @@ void JoinedOrder::Query(float* q, const float* k_norm) const {
   float* t = HeadScratch(hd);
   for (int j = 0; j < hd; ++j) {
     const int d = key_dims_[j];
-    t[j] = j < rotated_ ? q[d] : q[d] * k_norm[d];
+    t[j] = kv::JoinedKeyRotated(j, pairs_) ? q[d] : q[d] * k_norm[d];
   }
   for (int j = 0; j < hd; ++j) q[j] = t[j];
 }

@@ -23,7 +23,7 @@ class JoinedOrder {
 
  private:
   std::vector<int> key_dims_, value_dims_;
-  int rotated_;
+  int pairs_;
 };
 
 }  // namespace layerpipe
