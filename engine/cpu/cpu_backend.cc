@@ -57,8 +57,7 @@ std::unique_ptr<SequenceState> CpuBackend::NewSequence() const {
   std::vector<LayerKvCache> layers;
   for (int l = layer_begin(); l < layer_end(); ++l) {
     const bool full = cfg_.layer_types[l] == LayerType::kFull;
-    layers.emplace_back(!full, cfg_.sliding_window, int64_t(cfg_.KvHeads(l)) * cfg_.HeadDim(l), precision_,
-                        KvJoinedValues(cfg_, l));
+    layers.emplace_back(!full, cfg_.sliding_window, KvRowWidth(cfg_, l), precision_, KvJoinedValues(cfg_, l));
   }
   return std::make_unique<SequenceKv>(std::move(layers), layer_begin());
 }

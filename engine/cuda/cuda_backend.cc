@@ -189,11 +189,10 @@ absl::Status CudaBackend::Init() {
 
 std::unique_ptr<SequenceState> CudaBackend::NewSequence() const {
   std::vector<DeviceLayerKv> layers;
-  const size_t elem = precision_ == Precision::kFp32 ? 4 : 2;
+  const auto elem = static_cast<size_t>(KvElementBytes(precision_));
   for (int l = layer_begin(); l < layer_end(); ++l) {
     const bool full = cfg_.layer_types[l] == LayerType::kFull;
-    layers.emplace_back(!full, cfg_.sliding_window, int64_t(cfg_.KvHeads(l)) * cfg_.HeadDim(l), elem,
-                        KvJoinedValues(cfg_, l));
+    layers.emplace_back(!full, cfg_.sliding_window, KvRowWidth(cfg_, l), elem, KvJoinedValues(cfg_, l));
   }
   return std::make_unique<DeviceSequenceKv>(this, stream_, std::move(layers));
 }
