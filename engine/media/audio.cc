@@ -1,6 +1,7 @@
 // DecodeAudio: WAV through libsndfile, read from memory (sf_open_virtual), averaged to mono, then
 // resampled to 16 kHz (audio_resample.h). Only WAV files reach libsndfile (checked by magic first), and
-// only the plain encodings, which keeps its other parsers and codecs out of reach of untrusted input.
+// of them only the "fmt " chunk and the samples (wav_chunks.h), in the plain encodings: its other
+// parsers and codecs stay out of reach of untrusted input.
 #include "engine/media/audio.h"
 
 #include <sndfile.h>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/media/audio_resample.h"
 #include "engine/media/media_text.h"
+#include "engine/media/wav_chunks.h"
 
 namespace layerpipe {
 namespace {
@@ -25,79 +27,43 @@ namespace {
 constexpr int kMinRate = 1000;
 constexpr int kMaxRate = 768000;
 
-struct MemoryFile {
-  std::string_view bytes;
+// The canonical file (wav_chunks.h) that libsndfile reads: a header made here, then the samples where
+// they lie in the caller's bytes.
+struct CanonicalFile {
+  std::string head;
+  std::string_view data;
   sf_count_t pos = 0;
+
+  sf_count_t size() const { return static_cast<sf_count_t>(head.size() + data.size()); }
 };
 
-sf_count_t Length(void* user) { return static_cast<MemoryFile*>(user)->bytes.size(); }
+sf_count_t Length(void* user) { return static_cast<CanonicalFile*>(user)->size(); }
 
 sf_count_t Seek(sf_count_t offset, int whence, void* user) {
-  auto* f = static_cast<MemoryFile*>(user);
-  const sf_count_t size = f->bytes.size();
-  sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? f->pos : size;
+  auto* f = static_cast<CanonicalFile*>(user);
+  sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? f->pos : f->size();
   if (offset < -base || offset > INT64_MAX - base) return -1;  // before the start, or overflowing
   f->pos = base + offset;
   return f->pos;
 }
 
 sf_count_t Read(void* out, sf_count_t count, void* user) {
-  auto* f = static_cast<MemoryFile*>(user);
-  const sf_count_t size = f->bytes.size();
-  if (count <= 0 || f->pos >= size) return 0;
-  const sf_count_t n = std::min(count, size - f->pos);
-  std::memcpy(out, f->bytes.data() + f->pos, n);
-  f->pos += n;
-  return n;
+  auto* f = static_cast<CanonicalFile*>(user);
+  const sf_count_t head = f->head.size();
+  sf_count_t done = 0;
+  while (done < count && f->pos < f->size()) {
+    const bool in_head = f->pos < head;
+    const char* from = in_head ? f->head.data() + f->pos : f->data.data() + (f->pos - head);
+    const sf_count_t n = std::min(count - done, (in_head ? head : f->size()) - f->pos);
+    std::memcpy(static_cast<char*>(out) + done, from, n);
+    f->pos += n;
+    done += n;
+  }
+  return done;
 }
 
 sf_count_t Write(const void*, sf_count_t, void*) { return 0; }
-sf_count_t Tell(void* user) { return static_cast<MemoryFile*>(user)->pos; }
-
-bool IsWav(std::string_view b) {
-  return b.size() >= 12 && (b.substr(0, 4) == "RIFF" || b.substr(0, 4) == "RIFX" || b.substr(0, 4) == "RF64") &&
-         b.substr(8, 4) == "WAVE";
-}
-
-// A chunk id for a message: bytes outside printable ASCII as '?'.
-std::string ChunkName(std::string_view id) {
-  std::string name;
-  for (char c : id) name += (c >= 0x20 && c < 0x7f) ? c : '?';
-  return name;
-}
-
-// libsndfile 1.2.0 can loop (practically) forever on a LIST chunk that claims more bytes than the file
-// has (found by wav_decode_fuzz: 108 bytes, a LIST of 0xffff0010 bytes full of 0xff subchunks), and on
-// a subchunk inside a LIST that claims more than the LIST holds (found by it too: an INFO entry of
-// 0xfffffff8 bytes, -8 to a 32-bit reader, in a LIST of 16). So the chunks are walked first: every
-// top-level one but the sample data must fit in the file, and a LIST's entries in the LIST; "data" may
-// claim more (streamed recordings leave its size at 0 or 0xffffffff; libsndfile reads what is there).
-// Walks the chunks of b's [begin, end): the file's (list_pos npos), or the entries of the LIST chunk
-// at list_pos.
-absl::Status CheckChunks(std::string_view b, size_t begin, size_t end, size_t list_pos) {
-  const bool big_endian = b.substr(0, 4) == "RIFX";
-  const bool in_list = list_pos != std::string_view::npos;
-  for (size_t pos = begin; pos + 8 <= end;) {
-    const std::string_view id = b.substr(pos, 4);
-    const auto* p = reinterpret_cast<const uint8_t*>(b.data()) + pos + 4;
-    const uint64_t size = big_endian ? uint64_t{p[0]} << 24 | p[1] << 16 | p[2] << 8 | p[3]
-                                     : uint64_t{p[3]} << 24 | p[2] << 16 | p[1] << 8 | p[0];
-    if (size > end - pos - 8) {
-      if (!in_list && id == "data") return absl::OkStatus();  // the samples run to the end
-      const std::string past =
-          in_list ? absl::StrFormat("the LIST chunk at byte %d (%d bytes)", list_pos, end - list_pos - 8)
-                  : absl::StrFormat("the file (%d bytes)", end);
-      return absl::InvalidArgumentError(
-          absl::StrFormat("WAV file: %s \"%s\" of %d bytes at byte %d runs past the end of %s",
-                          in_list ? "subchunk" : "chunk", ChunkName(id), size, pos, past));
-    }
-    if (!in_list && id == "LIST" && size >= 4) {
-      if (absl::Status list = CheckChunks(b, pos + 12, pos + 8 + size, pos); !list.ok()) return list;
-    }
-    pos += 8 + size + (size & 1);
-  }
-  return absl::OkStatus();
-}
+sf_count_t Tell(void* user) { return static_cast<CanonicalFile*>(user)->pos; }
 
 bool SupportedEncoding(int subtype) {
   switch (subtype) {
@@ -131,16 +97,16 @@ absl::StatusOr<std::vector<float>> DecodeAudio(std::string_view bytes, const Med
                                                    ", over the limit of ",
                                                    media_internal::FormatBytes(limits.max_audio_bytes)));
   }
-  if (!IsWav(bytes)) {
+  if (!media_internal::IsWav(bytes)) {
     std::string message = absl::StrCat("not a WAV file (first bytes ", media_internal::FirstBytes(bytes));
     const std::string_view format = media_internal::SniffFormat(bytes);
     if (!format.empty()) absl::StrAppend(&message, ": ", std::string(format), " is not supported");
     return absl::InvalidArgumentError(absl::StrCat(message, ")"));
   }
 
-  if (absl::Status chunks = CheckChunks(bytes, 12, bytes.size(), std::string_view::npos); !chunks.ok()) return chunks;
-
-  MemoryFile file{bytes};
+  absl::StatusOr<media_internal::WavChunks> chunks = media_internal::FindWavChunks(bytes);
+  if (!chunks.ok()) return chunks.status();
+  CanonicalFile file{media_internal::CanonicalWavHeader(*chunks), chunks->data};
   SF_VIRTUAL_IO io{Length, Seek, Read, Write, Tell};
   SF_INFO info{};
   std::unique_ptr<SNDFILE, decltype(&sf_close)> sf(sf_open_virtual(&io, SFM_READ, &info, &file), sf_close);

@@ -375,14 +375,16 @@ def image_corpus():
 
 
 # ---- WAV (wav_decode_fuzz): the encodings DecodeAudio reads, at 16 kHz and other rates
-def wav(rate, channels, fmt_tag, bits, data, extra_fmt=b"", chunks=(), magic=b"RIFF"):
+def wav(rate, channels, fmt_tag, bits, data, extra_fmt=b"", chunks=(), magic=b"RIFF", sizes_in_ds64=False):
+    e = ">" if magic == b"RIFX" else "<"
     block = channels * bits // 8
-    fmt = struct.pack("<HHIIHH", fmt_tag, channels, rate, rate * block, block, bits) + extra_fmt
-    body = b"WAVE" + struct.pack("<4sI", b"fmt ", len(fmt)) + fmt
+    fmt = struct.pack(e + "HHIIHH", fmt_tag, channels, rate, rate * block, block, bits) + extra_fmt
+    body = b"WAVE" + struct.pack(e + "4sI", b"fmt ", len(fmt)) + fmt
     for kind, payload in chunks:
-        body += struct.pack("<4sI", kind, len(payload)) + payload + b"\0" * (len(payload) % 2)
-    body += struct.pack("<4sI", b"data", len(data)) + data
-    return magic + struct.pack("<I", len(body)) + body
+        body += struct.pack(e + "4sI", kind, len(payload)) + payload + b"\0" * (len(payload) % 2)
+    data_size = 0xFFFFFFFF if sizes_in_ds64 else len(data)  # RF64: the real size is in "ds64"
+    body += struct.pack(e + "4sI", b"data", data_size) + data
+    return magic + struct.pack(e + "I", 0xFFFFFFFF if sizes_in_ds64 else len(body)) + body
 
 
 def wav_corpus():
@@ -399,6 +401,11 @@ def wav_corpus():
     write(t, "ulaw_8k.wav", wav(8000, 1, 7, 8, bytes(range(0, 256, 4)), extra_fmt=b"\0\0"))
     write(t, "double_22k.wav", wav(22050, 1, 3, 64, struct.pack("<16d", *[v / 32768 for v in sine[:16]])))
     write(t, "pcm16_empty.wav", wav(16000, 1, 1, 16, b""))
+    write(t, "pcm16_rifx_16k.wav", wav(16000, 1, 1, 16, struct.pack(">32h", *sine[:32]), magic=b"RIFX"))
+    rf64_data = struct.pack("<32h", *sine[32:])
+    ds64 = struct.pack("<QQQI", 0, len(rf64_data), 32, 0)  # RIFF size (unused), data size, frames, no table
+    write(t, "pcm16_rf64_16k.wav", wav(16000, 1, 1, 16, rf64_data, chunks=[(b"ds64", ds64)], magic=b"RF64",
+                                       sizes_in_ds64=True))
 
 
 def main():

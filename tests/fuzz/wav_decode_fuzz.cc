@@ -1,6 +1,6 @@
-// libFuzzer target: DecodeAudio on arbitrary bytes with the default limits, i.e. libsndfile's WAV reader
-// through engine/media's in-memory I/O, the mono mix and libsoxr's resampling. Seeds:
-// corpus/wav_decode_fuzz (make_corpus.py).
+// libFuzzer target: DecodeAudio on arbitrary bytes with the default limits, i.e. engine/media's walk of
+// the chunk table, libsndfile's WAV reader on the canonical file made from it, the mono mix and
+// libsoxr's resampling. Seeds: corpus/wav_decode_fuzz (make_corpus.py).
 //
 // Checked: an error is InvalidArgument with a message; a success is a non-empty run of finite samples
 // within the 750-token limit.

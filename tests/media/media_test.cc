@@ -1,5 +1,6 @@
 // engine/media: the vision target size, decoding (PNG/JPEG modes, orientation, errors and limits), the
-// resize's invariants (its agreement with Pillow is media_vs_pillow.py's), and WAV decoding.
+// resize's invariants (its agreement with Pillow is media_vs_pillow.py's), and WAV decoding (its
+// container: wav_container_test).
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -537,62 +538,6 @@ TEST(DecodeAudio, RefusesSamplesThatAreNotFiniteFloats) {
                             MediaLimits{})
                     .status(),
                 "WAV file: samples too large to resample");
-}
-
-// Found by wav_decode_fuzz: libsndfile 1.2.0 does not return from sf_open on these 108 bytes (a LIST
-// chunk of 0xffff0010 bytes, after an odd "fmt " and a 16-byte LIST whose one entry overruns it: the
-// first problem in file order is named). Chunks other than "data" must fit in the file before
-// libsndfile sees it.
-TEST(DecodeAudio, RefusesAChunkLongerThanTheFile) {
-  const std::string hangs_libsndfile(
-      "\x52\x49\x46\x46\x9c\x00\x00\x00\x57\x41\x56\x45\x66\x6d\x74\x20\x10\x00\x00\x00\x01\x00\x02\x00"
-      "\x40\x1f\xdf\x00\x80\x4c\x49\x53\x54\x00\x08\x00\x4c\x49\x53\x54\x10\x00\x00\x00\x49\x4e\x46\xb1"
-      "\xb6\xac\xb9\xab\xfc\x00\x09\x08\x66\x00\x08\x00\x4c\x49\x53\x54\x10\x00\xff\xff\xff\xff\xff\xff"
-      "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"
-      "\xff\xff\xff\xff\xff\xff\xff\xff\xdf\xff\xff\xff",
-      108);
-  ExpectInvalid(DecodeAudio(hangs_libsndfile, MediaLimits{}).status(),
-                "WAV file: subchunk \"????\" of 134807804 bytes at byte 48 runs past the end of the LIST chunk at byte "
-                "36 (16 bytes)");
-  const std::string pcm = WritePcm16(16000, 1, std::vector<int16_t>(100, 7));
-  ExpectInvalid(DecodeAudio(pcm + std::string("junk\xe8\x03\0\0abc", 11), MediaLimits{}).status(),
-                absl::StrFormat("WAV file: chunk \"junk\" of 1000 bytes at byte %d runs past the end of the file (%d "
-                                "bytes)", pcm.size(), pcm.size() + 11));
-  // A data chunk may claim more than there is (streamed recordings): what is there is read.
-  std::string streamed = WritePcm16(16000, 1, std::vector<int16_t>(100, 7));
-  const size_t data = streamed.find("data");
-  ASSERT_NE(data, std::string::npos);
-  streamed.replace(data + 4, 4, std::string("\xff\xff\xff\xff", 4));
-  auto samples = DecodeAudio(streamed, MediaLimits{});
-  ASSERT_TRUE(samples.ok()) << samples.status();
-  EXPECT_EQ(samples->size(), 100u);
-}
-
-// `wav` with `chunk` inserted before its "data" chunk (the RIFF size grown to match).
-std::string WithChunkBeforeData(std::string wav, const std::string& chunk) {
-  const size_t data = wav.find("data");
-  EXPECT_NE(data, std::string::npos);
-  wav.insert(data, chunk);
-  const uint32_t riff = static_cast<uint32_t>(wav.size() - 8);
-  for (int i = 0; i < 4; ++i) wav[4 + i] = static_cast<char>(riff >> (8 * i));
-  return wav;
-}
-
-// Found by wav_decode_fuzz: libsndfile 1.2.0 does not return from sf_open when an entry of a LIST
-// chunk claims more bytes than the LIST holds (0xfffffff8: -8 to a 32-bit reader). A LIST's entries
-// must fit in it; real metadata still decodes.
-TEST(DecodeAudio, RefusesAListEntryLongerThanItsList) {
-  const std::string pcm = WritePcm16(16000, 1, std::vector<int16_t>(100, 7));
-  const std::string title("LIST\x16\0\0\0INFOINAM\x0a\0\0\0a recorder", 30);
-  auto samples = DecodeAudio(WithChunkBeforeData(pcm, title), MediaLimits{});
-  ASSERT_TRUE(samples.ok()) << samples.status();
-  EXPECT_EQ(samples->size(), 100u);
-  const std::string minus_eight("LIST\x10\0\0\0INFOI\xff\xff\xff\xf8\xff\xff\xff\xff\x75\x7a\x7a", 24);
-  const std::string wav = WithChunkBeforeData(pcm, minus_eight);
-  const size_t list = wav.find("LIST");
-  ExpectInvalid(DecodeAudio(wav, MediaLimits{}).status(),
-                absl::StrFormat("WAV file: subchunk \"I???\" of 4294967288 bytes at byte %d runs past the end of the "
-                                "LIST chunk at byte %d (16 bytes)", list + 12, list));
 }
 
 TEST(DecodeAudio, RefusesBadFiles) {

@@ -1,4 +1,4 @@
-// In-memory PNG, JPEG and WAV files for tests/media/media_test.cc, written with the same libraries the
+// In-memory PNG, JPEG and WAV files for the tests of tests/media, written with the same libraries the
 // media library reads with (libpng, libjpeg, libsndfile), so that no binary file is committed.
 #ifndef LAYERPIPE_TESTS_MEDIA_MEDIA_WRITERS_H_
 #define LAYERPIPE_TESTS_MEDIA_MEDIA_WRITERS_H_
