@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -46,15 +47,14 @@ absl::StatusOr<WavChunks> FindWavChunks(std::string_view b) {
   const bool rf64 = b.substr(0, 4) == "RF64";
   const bool never_closed = ReadUint(b, 4, 4, chunks.big_endian) == 8;
   bool have_fmt = false, have_data = false;
-  uint64_t ds64_data_size = 0;
-  bool have_ds64 = false;
+  std::optional<uint64_t> ds64_data_size;
   for (size_t pos = 12; pos + 8 <= b.size();) {
     const std::string_view id = b.substr(pos, 4);
     uint64_t size = ReadUint(b, pos + 4, 4, chunks.big_endian);
     const size_t body = pos + 8;
     const uint64_t rest = b.size() - body;
     if (id == "data") {
-      if (rf64 && size == 0xffffffffu && have_ds64) size = ds64_data_size;
+      if (rf64 && size == 0xffffffffu && ds64_data_size) size = *ds64_data_size;
       if (!rf64 && size == 0 && never_closed) size = rest;
       if (!have_data) chunks.data = b.substr(body, std::min(size, rest));
       have_data = true;
@@ -66,9 +66,8 @@ absl::StatusOr<WavChunks> FindWavChunks(std::string_view b) {
     } else if (id == "fmt " && !have_fmt) {
       chunks.fmt = b.substr(body, size);
       have_fmt = true;
-    } else if (rf64 && id == "ds64" && size >= 16 && !have_ds64) {
+    } else if (rf64 && id == "ds64" && size >= 16 && !ds64_data_size) {
       ds64_data_size = ReadUint(b, body + 8, 8, false);  // after the 64-bit RIFF size
-      have_ds64 = true;
     }
     pos = body + size + (size & 1);
   }

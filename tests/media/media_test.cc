@@ -10,7 +10,6 @@
 #include "absl/strings/str_format.h"
 #include "engine/media/audio.h"
 #include "engine/media/image.h"
-#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/media/media_writers.h"
 
@@ -18,13 +17,13 @@ namespace layerpipe {
 namespace {
 
 using media_test::ExifTiff;
+using media_test::ExpectInvalid;
 using media_test::PngSpec;
 using media_test::WriteJpeg;
 using media_test::WritePcm16;
 using media_test::WritePng;
 using media_test::WriteRgbPng;
 using media_test::WriteWav;
-using ::testing::HasSubstr;
 
 constexpr double kPi = 3.14159265358979323846;
 
@@ -42,11 +41,6 @@ uint32_t Crc32(std::string_view bytes) {
     for (int k = 0; k < 8; ++k) crc = crc & 1 ? 0xedb88320 ^ (crc >> 1) : crc >> 1;
   }
   return ~crc;
-}
-
-void ExpectInvalid(const absl::Status& status, const std::string& substring) {
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_THAT(std::string(status.message()), HasSubstr(substring));
 }
 
 // ---- VisionTargetSize

@@ -1,5 +1,6 @@
 // In-memory PNG, JPEG and WAV files for the tests of tests/media, written with the same libraries the
-// media library reads with (libpng, libjpeg, libsndfile), so that no binary file is committed.
+// media library reads with (libpng, libjpeg, libsndfile), so that no binary file is committed; and the
+// check those tests make of a refused file's error.
 #ifndef LAYERPIPE_TESTS_MEDIA_MEDIA_WRITERS_H_
 #define LAYERPIPE_TESTS_MEDIA_MEDIA_WRITERS_H_
 
@@ -15,7 +16,17 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
 namespace layerpipe::media_test {
+
+// A refused file: InvalidArgument, its message holding `substring`.
+inline void ExpectInvalid(const absl::Status& status, const std::string& substring) {
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr(substring));
+}
 
 struct PngSpec {
   int width = 0, height = 0;

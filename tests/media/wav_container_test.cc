@@ -8,21 +8,15 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/media/audio.h"
-#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/media/media_writers.h"
 
 namespace layerpipe {
 namespace {
 
+using media_test::ExpectInvalid;
 using media_test::WritePcm16;
 using media_test::WriteWav;
-using ::testing::HasSubstr;
-
-void ExpectInvalid(const absl::Status& status, const std::string& substring) {
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_THAT(std::string(status.message()), HasSubstr(substring));
-}
 
 std::vector<int16_t> Ramp(int n) {
   std::vector<int16_t> v;
