@@ -156,9 +156,9 @@ constexpr bool ModeIsBf16(int mode) { return mode % 2 == 0; }
 void Multiply(const Options& opt, int mode, const float* x, int64_t m, const Shape& s, const uint16_t* w,
               const uint16_t* w_tiled, float* y, ThreadPool& pool) {
   if (mode < 2) {
-    MatmulBf16TiledWithIsa(opt.isa, x, m, s.k, w_tiled, s.n, y, pool, ModeIsBf16(mode));
+    MatmulWithIsa(opt.isa, x, m, WeightMatrix::Bf16(w_tiled, s.n, s.k, WeightLayout::kTiled), y, pool, ModeIsBf16(mode));
   } else {
-    MatmulBf16WithIsa(opt.isa, x, m, s.k, w, s.n, y, pool, ModeIsBf16(mode));
+    MatmulWithIsa(opt.isa, x, m, WeightMatrix::Bf16(w, s.n, s.k), y, pool, ModeIsBf16(mode));
   }
 }
 

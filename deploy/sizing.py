@@ -30,20 +30,33 @@ MIB = 1 << 20
 CONTEXTS = (4096, 32768, 131072, 262144)
 
 
-def layer_params(kind):
-    """Values of one decoder layer's tensors (MODEL.md's tensor list, k_eq_v: full layers have no v_proj)."""
+# Bytes of a [rows, cols] matrix by weight format: engine/model/weight_matrix.cc's format table.
+WEIGHT_FORMATS = {
+    "bf16": lambda rows, cols: rows * cols * BF16,
+}
+
+
+def layer_matrices(kind):
+    """[rows, cols] of one decoder layer's projections (MODEL.md's tensor list, k_eq_v: full layers have
+    no v_proj)."""
     head_dim, kv_heads = (SLIDING_HEAD_DIM, SLIDING_KV_HEADS) if kind == "sliding" else (FULL_HEAD_DIM, FULL_KV_HEADS)
-    q = HEADS * head_dim * HIDDEN
-    k = kv_heads * head_dim * HIDDEN
-    v = k if kind == "sliding" else 0
-    o = HIDDEN * HEADS * head_dim
-    mlp = 3 * INTERMEDIATE * HIDDEN  # gate, up, down
-    norms = 4 * HIDDEN + 2 * head_dim + 1  # 4 layer norms, q_norm and k_norm, layer_scalar
-    return q + k + v + o + mlp + norms
+    mats = [(HEADS * head_dim, HIDDEN), (kv_heads * head_dim, HIDDEN)]  # q, k
+    if kind == "sliding":
+        mats.append((kv_heads * head_dim, HIDDEN))  # v
+    mats += [(HIDDEN, HEADS * head_dim), (INTERMEDIATE, HIDDEN), (INTERMEDIATE, HIDDEN), (HIDDEN, INTERMEDIATE)]
+    return mats
 
 
-LAYER_BYTES = {kind: layer_params(kind) * BF16 for kind in ("sliding", "full")}
-EMBED_BYTES = VOCAB * HIDDEN * BF16  # embed_tokens: the first stage's lookup and, tied, the last stage's head
+def layer_bytes(kind, fmt="bf16"):
+    """A decoder layer's matrices in `fmt`, and its norm gains as stored (bf16): 4 layer norms, q_norm
+    and k_norm, layer_scalar."""
+    head_dim = SLIDING_HEAD_DIM if kind == "sliding" else FULL_HEAD_DIM
+    norms = 4 * HIDDEN + 2 * head_dim + 1
+    return sum(WEIGHT_FORMATS[fmt](r, c) for r, c in layer_matrices(kind)) + norms * BF16
+
+
+LAYER_BYTES = {kind: layer_bytes(kind) for kind in ("sliding", "full")}
+EMBED_BYTES = WEIGHT_FORMATS["bf16"](VOCAB, HIDDEN)  # embed_tokens: the first stage's lookup and, tied, the last stage's head
 FINAL_NORM_BYTES = HIDDEN * BF16
 
 

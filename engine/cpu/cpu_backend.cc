@@ -16,7 +16,6 @@
 #include "engine/model/bf16.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/ops.h"
-#include "engine/model/tiled_rows.h"
 
 namespace layerpipe {
 namespace {
@@ -69,18 +68,14 @@ absl::StatusOr<std::unique_ptr<SequenceState>> CpuBackend::NewSequenceFrom(const
   return std::unique_ptr<SequenceState>(SequenceKv::From(prefix));
 }
 
-void CpuBackend::Matmul(const float* x, int64_t m, const Bf16Matrix& w, float* y) {
+void CpuBackend::Matmul(const float* x, int64_t m, const WeightMatrix& w, float* y) {
   const auto start = std::chrono::steady_clock::now();
-  if (w.tiled) {
-    MatmulBf16Tiled(x, m, w.cols, w.data, w.rows, y, pool_, precision_ == Precision::kBf16);
-  } else {
-    MatmulBf16(x, m, w.cols, w.data, w.rows, y, pool_, precision_ == Precision::kBf16);
-  }
+  layerpipe::Matmul(x, m, w, y, pool_, precision_ == Precision::kBf16);
   AddSince(matmul_ns, start);
 }
 
 absl::Status CpuBackend::Embed(absl::Span<const int32_t> ids, float* hidden) {
-  const Bf16Matrix& e = w_.embed_tokens();
+  const WeightMatrix& e = w_.embed_tokens();
   if (e.empty()) return absl::FailedPreconditionError("this stage does not hold the embedding");
   const int64_t H = cfg_.hidden_size;
   // The reference casts the scale to the weight dtype: 62.0 for 3840.
@@ -91,15 +86,10 @@ absl::Status CpuBackend::Embed(absl::Span<const int32_t> ids, float* hidden) {
           absl::StrCat("token id ", ids[r], " at index ", r, " is outside the vocabulary [0, ", cfg_.vocab_size, ")"));
     }
   }
-  std::vector<uint16_t> untiled(e.tiled ? H : 0);
   for (size_t r = 0; r < ids.size(); ++r) {
-    const uint16_t* row = e.data + int64_t(ids[r]) * H;
-    if (e.tiled) {
-      ReadTiledRow(e.data, ids[r], e.rows, e.cols, untiled.data());
-      row = untiled.data();
-    }
     float* out = hidden + int64_t(r) * H;
-    for (int64_t i = 0; i < H; ++i) out[i] = Bf16ToF32(row[i]) * scale;
+    ReadRowF32(e, ids[r], out);
+    for (int64_t i = 0; i < H; ++i) out[i] *= scale;
   }
   return absl::OkStatus();
 }
@@ -107,13 +97,13 @@ absl::Status CpuBackend::Embed(absl::Span<const int32_t> ids, float* hidden) {
 absl::Status CpuBackend::EmbedImage(const ImageView& image, float* out) {
   if (w_.vision() == nullptr) return absl::FailedPreconditionError("this stage holds no vision embedder");
   return EmbedImageCpu(*w_.vision(), cfg_, image, pool_,
-                       [this](const float* x, int64_t m, const Bf16Matrix& w, float* y) { Matmul(x, m, w, y); }, out);
+                       [this](const float* x, int64_t m, const WeightMatrix& w, float* y) { Matmul(x, m, w, y); }, out);
 }
 
 absl::Status CpuBackend::EmbedAudio(const float* samples, int64_t tokens, float* out) {
   if (w_.audio_projection() == nullptr) return absl::FailedPreconditionError("this stage holds no audio projection");
   return EmbedAudioCpu(*w_.audio_projection(), cfg_, samples, tokens, pool_,
-                       [this](const float* x, int64_t m, const Bf16Matrix& w, float* y) { Matmul(x, m, w, y); }, out);
+                       [this](const float* x, int64_t m, const WeightMatrix& w, float* y) { Matmul(x, m, w, y); }, out);
 }
 
 absl::Status CpuBackend::Logits(const float* hidden, int64_t rows, float* logits) {

@@ -48,7 +48,7 @@ class CpuBackend final : public LayerBackend {
  private:
   void RunLayer(int layer, absl::Span<const SequenceSlice> slices, const std::vector<int64_t>& positions,
                 float* hidden);
-  void Matmul(const float* x, int64_t m, const Bf16Matrix& w, float* y);
+  void Matmul(const float* x, int64_t m, const WeightMatrix& w, float* y);
 
   const ModelWeights& w_;
   const ModelConfig& cfg_;

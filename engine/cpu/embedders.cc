@@ -71,7 +71,7 @@ absl::Status EmbedImageCpu(const VisionWeights& w, const ModelConfig& c, const I
   return absl::OkStatus();
 }
 
-absl::Status EmbedAudioCpu(const Bf16Matrix& projection, const ModelConfig& c, const float* samples, int64_t tokens,
+absl::Status EmbedAudioCpu(const WeightMatrix& projection, const ModelConfig& c, const float* samples, int64_t tokens,
                            ThreadPool& pool, const MatmulFn& matmul, float* out) {
   const int64_t S = c.audio.samples_per_token;
   if (samples == nullptr || tokens <= 0) return absl::InvalidArgumentError("no audio frames to embed");

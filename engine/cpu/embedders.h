@@ -15,7 +15,7 @@
 namespace layerpipe {
 
 // y[m][w.rows] = x[m][w.cols] · wᵀ, with the backend's precision rules.
-using MatmulFn = std::function<void(const float* x, int64_t m, const Bf16Matrix& w, float* y)>;
+using MatmulFn = std::function<void(const float* x, int64_t m, const WeightMatrix& w, float* y)>;
 
 // PyTorch LayerNorm of one row: (x − mean) / sqrt(var + eps) · w + b, statistics in double over two
 // passes (near-constant patches of real images lose the variance to a one-pass fp32 sum).
@@ -30,7 +30,7 @@ absl::Status EmbedImageCpu(const VisionWeights& w, const ModelConfig& c, const I
                            const MatmulFn& matmul, float* out);
 
 // The audio projection of `tokens` frames: [tokens][hidden] into `out`.
-absl::Status EmbedAudioCpu(const Bf16Matrix& projection, const ModelConfig& c, const float* samples, int64_t tokens,
+absl::Status EmbedAudioCpu(const WeightMatrix& projection, const ModelConfig& c, const float* samples, int64_t tokens,
                            ThreadPool& pool, const MatmulFn& matmul, float* out);
 
 }  // namespace layerpipe

@@ -1,6 +1,6 @@
-// Front end of the matmul kernels: picks the kernel, brings x into the kernel's layout (bf16
-// rounding, zero padding of k), and splits the output columns among the pool's threads. Splitting
-// only over columns keeps each (row, column) result on one thread with one reduction order.
+// Front end of the matmul kernels: picks the ISA (what the CPU runs, what the environment asks) and
+// calls the runner of the weights' format for it from the (format × ISA) table. The runners
+// (matmul_formats.h) prepare x and split the columns among the threads.
 #include "engine/cpu/matmul.h"
 
 #include <algorithm>
@@ -10,105 +10,11 @@
 
 #include "engine/model/bf16.h"
 #include "engine/cpu/instruction_probe.h"
+#include "engine/cpu/matmul_formats.h"
 #include "engine/cpu/matmul_kernels.h"
 
 namespace layerpipe {
 namespace {
-
-using matmul_internal::RoundUp;
-
-// Threads receive whole units of columns: one AVX-512 vector of outputs (a thread's range may split a
-// group of 48 tiled rows: whole groups left 2 threads 1056 and 992 of k_proj's 2048 columns).
-constexpr int64_t kColumnUnit = 16;
-// Below this many multiply-adds a call runs on the calling thread: waking workers would cost more.
-constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
-
-void ForColumns(int64_t m, int64_t k, int64_t n, int64_t unit, ThreadPool& pool,
-                const std::function<void(int64_t, int64_t)>& columns) {
-  if (m * k * n < kMinParallelMacs || pool.size() == 1) {
-    columns(0, n);
-    return;
-  }
-  const int64_t units = (n + unit - 1) / unit;
-  pool.ParallelFor(units, [&](int64_t u0, int64_t u1) {
-    columns(u0 * unit, std::min(n, u1 * unit));
-  });
-}
-
-// Below this many activation values the conversion runs on the calling thread.
-constexpr int64_t kMinParallelValues = int64_t{1} << 16;
-
-// fn(i) for every row i < m; rows of a long prefill are split among the threads (the conversion of
-// 512 x 3840 values on one thread left the other idle for ~2 % of a GEMM).
-void ForRows(int64_t m, int64_t k, ThreadPool& pool, const std::function<void(int64_t)>& fn) {
-  auto rows = [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) fn(i);
-  };
-  if (m * k < kMinParallelValues) {
-    rows(0, m);
-  } else {
-    pool.ParallelFor(m, rows);
-  }
-}
-
-// Activations for the column-order kernels: fp32 rows (rounded to bf16 values if asked), padded with
-// zeros to a multiple of kPairXPad. Always a copy: it is small next to the weights, and aligned.
-const float* PrepareF32(const float* x, int64_t m, int64_t k, bool round_to_bf16, ThreadPool& pool, int64_t* ldx) {
-  const int64_t kp = RoundUp(k, matmul_internal::kPairXPad);
-  float* out = matmul_internal::ThreadScratch<float, matmul_internal::Slot::kActivations>(m * kp);
-  ForRows(m, k, pool, [&](int64_t i) {
-    float* row = out + i * kp;
-    if (round_to_bf16) {
-      RoundRowToBf16(x + i * k, row, k);
-    } else {
-      std::memcpy(row, x + i * k, k * sizeof(float));
-    }
-    std::fill(row + k, row + kp, 0.0f);
-  });
-  *ldx = kp;
-  return out;
-}
-
-// Activations for the AVX-512 BF16 kernel: bf16 rows padded with zeros to a multiple of kPairXPad.
-const uint16_t* PrepareBf16(const float* x, int64_t m, int64_t k, ThreadPool& pool, int64_t* ldx) {
-  const int64_t kp = RoundUp(k, matmul_internal::kPairXPad);
-  uint16_t* out = matmul_internal::ThreadScratch<uint16_t, matmul_internal::Slot::kActivations>(m * kp);
-  ForRows(m, k, pool, [&](int64_t i) {
-    uint16_t* row = out + i * kp;
-    F32ToBf16Row(x + i * k, row, k);
-    std::fill(row + k, row + kp, uint16_t{0});
-  });
-  *ldx = kp;
-  return out;
-}
-
-// The kernel for `isa` and the mode: the AVX-512 BF16 one for bf16-x mode where the ISA is kAvx512Bf16
-// (and the CPU has it), else the column order, on AVX-512F registers unless the ISA is kAvx2 (or the CPU
-// lacks AVX-512 F/BW/VL), x rounded to bf16 values if x_as_bf16.
-void Run(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w, bool w_tiled, int64_t n, float* y,
-         ThreadPool& pool, bool x_as_bf16, MatmulWidening widening) {
-  const bool bf16_dot = isa == MatmulIsa::kAvx512Bf16 && x_as_bf16 && CpuSupportsAvx512Bf16();
-  const bool wide = isa != MatmulIsa::kAvx2 && CpuSupportsAvx512F();
-  matmul_internal::PairProblem p{};
-  p.x = bf16_dot ? static_cast<const void*>(PrepareBf16(x, m, k, pool, &p.ldx))
-                 : PrepareF32(x, m, k, x_as_bf16, pool, &p.ldx);
-  p.m = m;
-  p.k = k;
-  p.w = w;
-  p.w_tiled = w_tiled;
-  p.widen_block = widening == MatmulWidening::kBlock;
-  p.n = n;
-  p.y = y;
-  ForColumns(m, k, n, kColumnUnit, pool, [&p, bf16_dot, wide](int64_t j0, int64_t j1) {
-    if (bf16_dot) {
-      matmul_internal::Avx512Bf16Columns(p, j0, j1);
-    } else if (wide) {
-      matmul_internal::Avx512FColumns(p, j0, j1);
-    } else {
-      matmul_internal::Avx2Columns(p, j0, j1);
-    }
-  });
-}
 
 // Handles the shapes that leave the kernels nothing to do; returns true if the call is complete.
 bool TrivialShape(int64_t m, int64_t k, int64_t n, float* y) {
@@ -275,26 +181,33 @@ std::string_view MatmulIsaName(MatmulIsa isa) {
   return "unknown";
 }
 
-void MatmulBf16WithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
-                       float* y, ThreadPool& pool, bool x_as_bf16, MatmulWidening widening) {
-  if (TrivialShape(m, k, n, y)) return;
-  Run(isa, x, m, k, w, /*w_tiled=*/false, n, y, pool, x_as_bf16, widening);
+namespace {
+
+using matmul_internal::FormatRunner;
+
+// Rows: WeightFormat; columns: MatmulIsa. A format adds its row here and its runners' files.
+constexpr FormatRunner kRunners[kWeightFormatCount][kMatmulIsaCount] = {
+    /* bf16 */ {matmul_internal::RunBf16Avx2, matmul_internal::RunBf16Avx512F, matmul_internal::RunBf16Avx512Bf16},
+};
+
+// The ISA asked for, or the best this CPU runs below it.
+MatmulIsa Runnable(MatmulIsa isa) {
+  if (isa == MatmulIsa::kAvx512Bf16 && !CpuSupportsAvx512Bf16()) isa = MatmulIsa::kAvx512F;
+  if (isa == MatmulIsa::kAvx512F && !CpuSupportsAvx512F()) isa = MatmulIsa::kAvx2;
+  return isa;
 }
 
-void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
-                ThreadPool& pool, bool x_as_bf16) {
-  MatmulBf16WithIsa(ActiveMatmulIsa(), x, m, k, w, n, y, pool, x_as_bf16);
+}  // namespace
+
+void MatmulWithIsa(MatmulIsa isa, const float* x, int64_t m, const WeightMatrix& w, float* y, ThreadPool& pool,
+                   bool x_as_bf16, MatmulWidening widening) {
+  if (TrivialShape(m, w.cols, w.rows, y)) return;
+  const FormatRunner run = kRunners[static_cast<int>(w.format)][static_cast<int>(Runnable(isa))];
+  run(matmul_internal::MatmulCall{x, m, &w, y, &pool, x_as_bf16, widening});
 }
 
-void MatmulBf16TiledWithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
-                            float* y, ThreadPool& pool, bool x_as_bf16, MatmulWidening widening) {
-  if (TrivialShape(m, k, n, y)) return;
-  Run(isa, x, m, k, w, /*w_tiled=*/true, n, y, pool, x_as_bf16, widening);
-}
-
-void MatmulBf16Tiled(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
-                     ThreadPool& pool, bool x_as_bf16) {
-  MatmulBf16TiledWithIsa(ActiveMatmulIsa(), x, m, k, w, n, y, pool, x_as_bf16);
+void Matmul(const float* x, int64_t m, const WeightMatrix& w, float* y, ThreadPool& pool, bool x_as_bf16) {
+  MatmulWithIsa(ActiveMatmulIsa(), x, m, w, y, pool, x_as_bf16);
 }
 
 }  // namespace layerpipe

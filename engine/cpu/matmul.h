@@ -13,21 +13,25 @@
 #include <string_view>
 
 #include "engine/cpu/thread_pool.h"
+#include "engine/model/weight_matrix.h"
 
 namespace layerpipe {
 
-// y[m, n] = x[m, k] · Wᵀ with W [n, k] bf16 (raw bits), fp32 accumulation. y must not alias x or w.
-// x_as_bf16: round x to bf16 first (the fast default mode; on AVX-512 BF16 machines it runs on
-// vdpbf16ps). x_as_bf16 = false uses x exactly as given (the fp32 precision mode).
-// k may be any value >= 0 (multiples of 32 are the fast case); n and m arbitrary.
-void MatmulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
-                ThreadPool& pool, bool x_as_bf16);
+// y[m, n] = x[m, k] · Wᵀ with W = w [n, k] = [w.rows, w.cols] in any weight format and layout
+// (engine/model/weight_matrix.h), fp32 accumulation; the kernel comes from the (format × ISA) table of
+// matmul_formats.h. y must not alias x or the weights.
+// x_as_bf16: round x to bf16 first (the fast default mode; on AVX-512 BF16 machines bf16 weights run
+// on vdpbf16ps). x_as_bf16 = false uses x exactly as given (the fp32 precision mode).
+// k may be any value >= 0 (multiples of 32 are the fast case); n and m arbitrary. Tiled weights give
+// the same bits as the same weights row-major, without transposing them per call.
+void Matmul(const float* x, int64_t m, const WeightMatrix& w, float* y, ThreadPool& pool, bool x_as_bf16);
 
-// Which kernel MatmulBf16 runs, and its reduction order (matmul_kernels.h):
+// Which kernel Matmul runs on bf16 weights, and its reduction order (matmul_kernels.h):
 //  - kAvx2 and kAvx512F: the column order (one fused multiply-add chain per output over k in increasing
 //    order, as a scalar loop would run it) on 256- or 512-bit registers, the same bits, both modes;
 //  - kAvx512Bf16: its own order on vdpbf16ps for bf16-x mode; fp32 mode runs the column order.
 enum class MatmulIsa { kAvx2, kAvx512F, kAvx512Bf16 };
+inline constexpr int kMatmulIsaCount = 3;
 
 // The fastest kernel this CPU runs: kAvx512Bf16 where it has AVX-512 BF16 and is not an Intel CPU
 // (whose cores run vdpbf16ps at half the 512-bit FMA rate), else kAvx512F where it has AVX-512 F/BW/VL,
@@ -60,20 +64,10 @@ bool CpuSupportsAvx512F();
 bool CpuSupportsAvx512Bf16();
 std::string_view MatmulIsaName(MatmulIsa isa);
 
-// MatmulBf16 with w stored tiled (engine/model/tiled_rows.h: TileRowsInPlace; CanTileRows(k)), the order
-// every kernel reads weights in: the same bits as MatmulBf16 on the row-major weights, without
-// transposing them per call.
-void MatmulBf16Tiled(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
-                     ThreadPool& pool, bool x_as_bf16);
-// The same with an explicit ISA (supported by this CPU) and widening. For tests and benchmarks.
-void MatmulBf16TiledWithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
-                            float* y, ThreadPool& pool, bool x_as_bf16,
-                            MatmulWidening widening = ActiveMatmulWidening());
-
-// MatmulBf16 with an explicit ISA (supported by this CPU) and widening. For tests and benchmarks.
-void MatmulBf16WithIsa(MatmulIsa isa, const float* x, int64_t m, int64_t k, const uint16_t* w,
-                       int64_t n, float* y, ThreadPool& pool, bool x_as_bf16,
-                       MatmulWidening widening = ActiveMatmulWidening());
+// Matmul with an explicit ISA and widening, for tests and benchmarks. An ISA this CPU lacks runs the
+// best one it has below it (avx512bf16, then avx512f, then avx2).
+void MatmulWithIsa(MatmulIsa isa, const float* x, int64_t m, const WeightMatrix& w, float* y, ThreadPool& pool,
+                   bool x_as_bf16, MatmulWidening widening = ActiveMatmulWidening());
 
 }  // namespace layerpipe
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
 
@@ -34,19 +36,22 @@ class Uploader {
   }
 
   // Stacks the row blocks `parts` (all with the same cols) into one device matrix.
-  absl::Status Stack(std::initializer_list<const Bf16Matrix*> parts, DeviceMatrix* out) {
+  absl::Status Stack(std::initializer_list<const WeightMatrix*> parts, DeviceMatrix* out) {
     out->rows = 0;
     out->cols = (*parts.begin())->cols;
-    for (const Bf16Matrix* m : parts) {
+    for (const WeightMatrix* m : parts) {
       if (m->empty()) continue;
+      if (m->format != WeightFormat::kBf16) {
+        return absl::UnimplementedError(absl::StrCat("the CUDA backend holds bf16 weights only, not ", m->Describe()));
+      }
       if (m->cols != out->cols) return absl::InternalError("stacked matrices differ in width");
       out->rows += m->rows;
     }
     LP_RETURN_IF_ERROR(out->data.Allocate(static_cast<size_t>(out->rows * out->cols) * (fp32_ ? 4 : 2)));
     int64_t at = 0;
-    for (const Bf16Matrix* m : parts) {
+    for (const WeightMatrix* m : parts) {
       if (m->empty()) continue;
-      LP_RETURN_IF_ERROR(Copy(m->data, m->rows * m->cols, out->data.get(), at));
+      LP_RETURN_IF_ERROR(Copy(m->bf16(), m->rows * m->cols, out->data.get(), at));
       at += m->rows * m->cols;
     }
     return absl::OkStatus();

@@ -21,11 +21,4 @@ void TileRowsInPlace(uint16_t* data, int64_t rows, int64_t cols) {
   }
 }
 
-void ReadTiledRow(const uint16_t* data, int64_t row, int64_t rows, int64_t cols, uint16_t* out) {
-  const int64_t row0 = row / kTileRows * kTileRows;
-  const int64_t stride = 2 * TileGroupRows(row0, rows);
-  const uint16_t* pair = data + row0 * cols + (row - row0) * 2;
-  for (int64_t c = 0; c < cols; c += 2, pair += stride) std::memcpy(out + c, pair, 2 * sizeof(uint16_t));
-}
-
 }  // namespace layerpipe

@@ -30,10 +30,6 @@ inline int64_t TiledOffset(int64_t row, int64_t col, int64_t rows, int64_t cols)
 // Rearranges a row-major [rows, cols] matrix into the tiled order, in place (CanTileRows(cols)).
 void TileRowsInPlace(uint16_t* data, int64_t rows, int64_t cols);
 
-// Value (row, col) of a tiled [rows, cols] matrix, for every col: one row read back in row order
-// (the tied embedding's token lookup).
-void ReadTiledRow(const uint16_t* data, int64_t row, int64_t rows, int64_t cols, uint16_t* out);
-
 }  // namespace layerpipe
 
 #endif  // LAYERPIPE_ENGINE_MODEL_TILED_ROWS_H_

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -12,7 +13,6 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "engine/model/bf16.h"
-#include "engine/model/tiled_rows.h"
 
 namespace layerpipe {
 namespace {
@@ -99,19 +99,17 @@ class Loader {
     return t;
   }
 
-  absl::Status Matrix(const std::string& name, int64_t rows, int64_t cols, Bf16Matrix* out) {
+  absl::Status Matrix(const std::string& name, int64_t rows, int64_t cols, WeightMatrix* out) {
     auto t = Get(name, {rows, cols});
     if (!t.ok()) return t.status();
-    out->rows = rows;
-    out->cols = cols;
     if ((*t)->dtype == DType::kBF16 && reinterpret_cast<uintptr_t>((*t)->data) % 2 == 0) {
-      out->data = reinterpret_cast<const uint16_t*>((*t)->data);
+      *out = WeightMatrix::Bf16(reinterpret_cast<const uint16_t*>((*t)->data), rows, cols);
       return absl::OkStatus();
     }
     std::vector<float> f = ToFloat(**t);
     std::vector<uint16_t>& dst = converted_->emplace_back(f.size());
     for (size_t i = 0; i < f.size(); ++i) dst[i] = F32ToBf16(f[i]);
-    out->data = dst.data();
+    *out = WeightMatrix::Bf16(dst.data(), rows, cols);
     return absl::OkStatus();
   }
 
@@ -135,7 +133,7 @@ class Loader {
 // The stage that embeds loads the embedders the config declares; a checkpoint that declares them must
 // hold them (serving it as text only would fail image requests at the first stage, mid-batch).
 absl::Status LoadEmbedders(const ModelConfig& c, Loader& ld, std::unique_ptr<VisionWeights>* vision,
-                           Bf16Matrix* audio) {
+                           WeightMatrix* audio) {
   const int64_t H = c.hidden_size;
   if (c.vision.present) {
     auto v = std::make_unique<VisionWeights>();
@@ -237,17 +235,16 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   if (options.huge_pages && options.tile_layer_matrices) {
     const auto tile_start = std::chrono::steady_clock::now();
     size_t tiled_bytes = 0;
-    auto tile = [&](Bf16Matrix* m) {
-      if (m->empty() || !CanTileRows(m->cols)) return;
-      TileRowsInPlace(const_cast<uint16_t*>(m->data), m->rows, m->cols);
-      m->tiled = true;
+    auto tile = [&](WeightMatrix* m) {
+      if (!CanTile(*m)) return;
+      TileInPlace(m);
       tiled_bytes += m->bytes();
     };
     for (LayerWeights& L : w->layers_) {
-      for (Bf16Matrix* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) tile(m);
+      for (WeightMatrix* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) tile(m);
     }
     // The tied head is decode's largest read; row-major, the kernel would transpose it for every token.
-    // Token lookups read its rows back (ReadTiledRow).
+    // Token lookups read its rows back (ReadRowF32).
     if (sel.head) tile(&w->embed_);
     w->matrices_tiled_ = tiled_bytes > 0;
     tiled = absl::StrFormat("; %.2f GB of matrices tiled in %.2f s", tiled_bytes / 1e9,
@@ -275,18 +272,47 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   if (w->vision_) what += " + vision embedder";
   if (!w->audio_.empty()) what += " + audio projection";
   if (sel.head) what += " + head";
-  std::string converted;
-  if (!w->converted_.empty()) converted = absl::StrCat("; ", w->converted_.size(), " matrices converted to bf16");
+  std::string converted = absl::StrCat("; matrices ", w->MatrixFormatSummary());
+  if (!w->converted_.empty()) converted += absl::StrCat(", ", w->converted_.size(), " converted to bf16");
   LP_LOG(INFO) << absl::StrFormat("loaded %.2f GB of %s in %.2f s (%.2f GB/s%s%s)", bytes / 1e9, what, seconds,
                                   seconds > 0 ? bytes / 1e9 / seconds : 0.0, converted, tiled);
   w->ckpt_ = std::move(*ckpt);
   return w;
 }
 
+std::vector<const WeightMatrix*> ModelWeights::Matrices() const {
+  std::vector<const WeightMatrix*> all;
+  for (const LayerWeights& L : layers_) {
+    for (const WeightMatrix* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
+      all.push_back(m);
+    }
+  }
+  all.push_back(&embed_);
+  if (vision_) {
+    all.push_back(&vision_->patch_dense);
+    all.push_back(&vision_->projection);
+  }
+  all.push_back(&audio_);
+  std::erase_if(all, [](const WeightMatrix* m) { return m->empty(); });
+  return all;
+}
+
+std::string ModelWeights::MatrixFormatSummary() const {
+  std::array<size_t, kWeightFormatCount> bytes{};
+  for (const WeightMatrix* m : Matrices()) bytes[static_cast<size_t>(m->format)] += m->bytes();
+  std::vector<std::string> parts;
+  for (int f = 0; f < kWeightFormatCount; ++f) {
+    if (bytes[f] > 0) {
+      parts.push_back(absl::StrFormat("%.2f GB %s", bytes[f] / 1e9, std::string(WeightFormatName(WeightFormat(f)))));
+    }
+  }
+  return parts.empty() ? "none" : absl::StrJoin(parts, " + ");
+}
+
 size_t ModelWeights::LayerMatrixBytes(int l) const {
   const LayerWeights& L = layer(l);
   size_t b = 0;
-  for (const Bf16Matrix* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
+  for (const WeightMatrix* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
     if (!m->empty()) b += m->bytes();
   }
   return b;

@@ -1,4 +1,5 @@
-// The text-stack weights of a layer range, checked against the config and kept bf16 in the mapping.
+// The text-stack weights of a layer range, checked against the config; matrices are WeightMatrix
+// (engine/model/weight_matrix.h), bf16 ones kept in the mapping.
 #ifndef LAYERPIPE_ENGINE_MODEL_WEIGHTS_H_
 #define LAYERPIPE_ENGINE_MODEL_WEIGHTS_H_
 
@@ -10,23 +11,13 @@
 #include "absl/status/statusor.h"
 #include "engine/model/config.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/weight_matrix.h"
 
 namespace layerpipe {
 
-// A bf16 [rows, cols] matrix (Hugging Face [out, in]; y = x·Wᵀ), row-major unless `tiled`
-// (engine/model/tiled_rows.h).
-struct Bf16Matrix {
-  const uint16_t* data = nullptr;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  bool tiled = false;
-  bool empty() const { return data == nullptr; }
-  size_t bytes() const { return static_cast<size_t>(rows * cols) * 2; }
-};
-
 struct LayerWeights {
-  Bf16Matrix q_proj, k_proj, v_proj /* empty on k_eq_v full layers */, o_proj;
-  Bf16Matrix gate_proj, up_proj, down_proj;
+  WeightMatrix q_proj, k_proj, v_proj /* empty on k_eq_v full layers */, o_proj;
+  WeightMatrix gate_proj, up_proj, down_proj;
   // Norm gains as stored (used as w, not 1+w), widened to fp32.
   std::vector<float> input_layernorm, post_attention_layernorm, pre_feedforward_layernorm,
       post_feedforward_layernorm, q_norm, k_norm;
@@ -36,11 +27,11 @@ struct LayerWeights {
 // The encoder-free vision embedder (MULTIMODAL.md), in the order it is applied to a block of pixels.
 struct VisionWeights {
   std::vector<float> patch_ln1_weight, patch_ln1_bias;  // [patch values]
-  Bf16Matrix patch_dense;                               // [hidden, patch values]
+  WeightMatrix patch_dense;                               // [hidden, patch values]
   std::vector<float> patch_dense_bias, patch_ln2_weight, patch_ln2_bias;
   std::vector<float> pos_embedding;                     // [posemb][2][hidden]: column, then row
   std::vector<float> pos_norm_weight, pos_norm_bias;
-  Bf16Matrix projection;                                // embed_vision.embedding_projection [hidden, hidden]
+  WeightMatrix projection;                                // embed_vision.embedding_projection [hidden, hidden]
 };
 
 // What a caller wants mapped: layers [begin, end), plus the embedding (first stage) and/or the final
@@ -55,8 +46,8 @@ struct WeightSelection {
 // huge_pages: copy the weights into memory backed by huge pages (engine/model/huge_pages.h) instead of
 // reading them in place from the mapped files; for stages that compute on the host.
 // tile_layer_matrices: with huge_pages, store the layers' projection matrices, and the embedding where
-// this stage computes the tied head, tiled where their width allows (CanTileRows), for a CPU stage
-// (every CPU matmul kernel reads that order: MatmulBf16Tiled).
+// this stage computes the tied head, tiled where their format and width allow (CanTile), for a CPU
+// stage (every CPU matmul kernel reads that order).
 struct WeightLoadOptions {
   bool huge_pages = false;
   bool tile_layer_matrices = false;
@@ -72,26 +63,31 @@ class ModelWeights {
   const WeightSelection& selection() const { return sel_; }
   // `layer` is the absolute layer index, inside the selection.
   const LayerWeights& layer(int layer) const { return layers_[layer - sel_.layer_begin]; }
-  const Bf16Matrix& embed_tokens() const { return embed_; }
+  const WeightMatrix& embed_tokens() const { return embed_; }
   const std::vector<float>& final_norm() const { return final_norm_; }
   // The stage that embeds holds the image and audio embedders when the checkpoint has them; null
   // otherwise (a text-only checkpoint, or another stage).
   const VisionWeights* vision() const { return vision_.get(); }
-  const Bf16Matrix* audio_projection() const { return audio_.empty() ? nullptr : &audio_; }
+  const WeightMatrix* audio_projection() const { return audio_.empty() ? nullptr : &audio_; }
   // Whether any matrix is stored tiled (WeightLoadOptions::tile_layer_matrices took effect).
   bool matrices_tiled() const { return matrices_tiled_; }
-  // Bytes of bf16 matrices a decode step streams through (the roofline's numerator).
+  // Bytes of the layer's matrices, in their formats: what a decode step streams through (the
+  // roofline's numerator) and what the worker's KV budget leaves aside.
   size_t LayerMatrixBytes(int layer) const;
+  // Every matrix held (layers, embedding, embedders), and their resident bytes by format for the load
+  // log ("1.20 GB bf16").
+  std::vector<const WeightMatrix*> Matrices() const;
+  std::string MatrixFormatSummary() const;
 
  private:
   ModelConfig config_;
   WeightSelection sel_;
   std::unique_ptr<Checkpoint> ckpt_;
   std::vector<LayerWeights> layers_;
-  Bf16Matrix embed_;
+  WeightMatrix embed_;
   std::vector<float> final_norm_;
   std::unique_ptr<VisionWeights> vision_;
-  Bf16Matrix audio_;  // embed_audio.embedding_projection [hidden, samples per token]
+  WeightMatrix audio_;  // embed_audio.embedding_projection [hidden, samples per token]
   bool matrices_tiled_ = false;
   // Matrices stored as F16/F32 on disk are converted to bf16 here; bf16 ones stay in the mapping.
   std::vector<std::vector<uint16_t>> converted_;

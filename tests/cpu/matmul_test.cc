@@ -44,7 +44,7 @@ Problem MakeProblem(int64_t m, int64_t k, int64_t n, uint32_t seed) {
 std::vector<float> Compute(MatmulIsa isa, const Problem& p, ThreadPool& pool, bool x_as_bf16,
                            MatmulWidening widening = ActiveMatmulWidening()) {
   std::vector<float> y(p.m * p.n, std::nanf(""));
-  MatmulBf16WithIsa(isa, p.x.data(), p.m, p.k, p.w.data(), p.n, y.data(), pool, x_as_bf16, widening);
+  MatmulWithIsa(isa, p.x.data(), p.m, WeightMatrix::Bf16(p.w.data(), p.n, p.k), y.data(), pool, x_as_bf16, widening);
   return y;
 }
 
@@ -126,11 +126,11 @@ TEST(MatmulTest, DegenerateShapes) {
   std::vector<float> y(6, 5.0f);
   const std::vector<float> x(6, 1.0f);
   const std::vector<uint16_t> w(6, F32ToBf16(1.0f));
-  MatmulBf16(x.data(), 2, 0, w.data(), 3, y.data(), pool, true);
+  Matmul(x.data(), 2, WeightMatrix::Bf16(w.data(), 3, 0), y.data(), pool, true);
   for (float v : y) EXPECT_EQ(v, 0.0f);  // k = 0: empty sums
   y.assign(6, 5.0f);
-  MatmulBf16(x.data(), 0, 3, w.data(), 2, y.data(), pool, true);
-  MatmulBf16(x.data(), 2, 3, w.data(), 0, y.data(), pool, true);
+  Matmul(x.data(), 0, WeightMatrix::Bf16(w.data(), 2, 3), y.data(), pool, true);
+  Matmul(x.data(), 2, WeightMatrix::Bf16(w.data(), 0, 3), y.data(), pool, true);
   for (float v : y) EXPECT_EQ(v, 5.0f);  // nothing to write
 }
 
@@ -144,9 +144,9 @@ TEST(MatmulTest, Bf16ModeRoundsXAndFp32ModeDoesNot) {
   w[0] = F32ToBf16(1.0f);
   float y = 0;
   for (MatmulIsa isa : RunnableIsas()) {
-    MatmulBf16WithIsa(isa, x.data(), 1, k, w.data(), 1, &y, pool, /*x_as_bf16=*/true);
+    MatmulWithIsa(isa, x.data(), 1, WeightMatrix::Bf16(w.data(), 1, k), &y, pool, /*x_as_bf16=*/true);
     EXPECT_EQ(y, 1.0f) << MatmulIsaName(isa);
-    MatmulBf16WithIsa(isa, x.data(), 1, k, w.data(), 1, &y, pool, /*x_as_bf16=*/false);
+    MatmulWithIsa(isa, x.data(), 1, WeightMatrix::Bf16(w.data(), 1, k), &y, pool, /*x_as_bf16=*/false);
     EXPECT_EQ(y, 1.0f + 0x1p-10f) << MatmulIsaName(isa);
   }
 }
@@ -186,8 +186,7 @@ TEST(MatmulTest, ColumnOrderKernelsAreOneFusedChainPerOutput) {
               std::vector<std::vector<float>> results = {Compute(isa, p, pool, x_as_bf16, widening)};
               if (CanTileRows(k)) {
                 results.emplace_back(m * n, std::nanf(""));
-                MatmulBf16TiledWithIsa(isa, p.x.data(), m, k, tiled.data(), n, results.back().data(), pool, x_as_bf16,
-                                       widening);
+                MatmulWithIsa(isa, p.x.data(), m, WeightMatrix::Bf16(tiled.data(), n, k, WeightLayout::kTiled), results.back().data(), pool, x_as_bf16, widening);
               }
               for (size_t t = 0; t < results.size(); ++t) {
                 for (int64_t i = 0; i < m; ++i) {
@@ -284,7 +283,7 @@ TEST(MatmulTest, TiledWeightsGiveTheRowMajorBits) {
             for (auto& pool : pools) {
               const std::vector<float> expected = Compute(isa, p, *pool, x_as_bf16);
               std::vector<float> y(m * n, std::nanf(""));
-              MatmulBf16TiledWithIsa(isa, p.x.data(), m, k, tiled.data(), n, y.data(), *pool, x_as_bf16);
+              MatmulWithIsa(isa, p.x.data(), m, WeightMatrix::Bf16(tiled.data(), n, k, WeightLayout::kTiled), y.data(), *pool, x_as_bf16);
               ASSERT_TRUE(SameBits(y.data(), expected.data(), m * n))
                   << Label(isa, x_as_bf16) << " m=" << m << " k=" << k << " n=" << n << " threads=" << pool->size();
             }
@@ -310,13 +309,13 @@ TEST(MatmulTest, RowsBeyondTheFirstPassOfXKeepTheirBits) {
       for (MatmulWidening widening : kWidenings) {
         const std::string label = Label(isa, x_as_bf16) + " widening " + std::string(MatmulWideningName(widening));
         std::vector<float> all(m * n), tiled_all(m * n);
-        MatmulBf16WithIsa(isa, p.x.data(), m, k, p.w.data(), n, all.data(), pool, x_as_bf16, widening);
-        MatmulBf16TiledWithIsa(isa, p.x.data(), m, k, tiled.data(), n, tiled_all.data(), pool, x_as_bf16, widening);
+        MatmulWithIsa(isa, p.x.data(), m, WeightMatrix::Bf16(p.w.data(), n, k), all.data(), pool, x_as_bf16, widening);
+        MatmulWithIsa(isa, p.x.data(), m, WeightMatrix::Bf16(tiled.data(), n, k, WeightLayout::kTiled), tiled_all.data(), pool, x_as_bf16, widening);
         ASSERT_TRUE(SameBits(all.data(), tiled_all.data(), m * n)) << label;
         for (int64_t i : {int64_t{0}, int64_t{135}, int64_t{136}, int64_t{239}, int64_t{240}, int64_t{399},
                           int64_t{400}, int64_t{799}, int64_t{800}, m - 1}) {
           std::vector<float> one(n);
-          MatmulBf16WithIsa(isa, p.x.data() + i * k, 1, k, p.w.data(), n, one.data(), pool, x_as_bf16);
+          MatmulWithIsa(isa, p.x.data() + i * k, 1, WeightMatrix::Bf16(p.w.data(), n, k), one.data(), pool, x_as_bf16);
           ASSERT_TRUE(SameBits(one.data(), all.data() + i * n, n)) << label << " row " << i;
         }
       }
@@ -340,7 +339,7 @@ TEST(MatmulTest, ActiveIsaIsTheFastestRunnable) {
   }
   const Problem p = MakeProblem(3, 256, 9, 5);
   std::vector<float> y(27);
-  MatmulBf16(p.x.data(), 3, 256, p.w.data(), 9, y.data(), DefaultThreadPool(), true);
+  Matmul(p.x.data(), 3, WeightMatrix::Bf16(p.w.data(), 9, 256), y.data(), DefaultThreadPool(), true);
   ExpectMatchesReference(p, y, isa, true, std::string(MatmulIsaName(isa)));
 }
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -208,12 +209,13 @@ TEST(WeightsLoaderTest, HugePageCopiesHoldTheMappedBytes) {
   auto copied = ModelWeights::Load(dir, *c, all, {.huge_pages = true});
   ASSERT_TRUE(mapped.ok()) << mapped.status();
   ASSERT_TRUE(copied.ok()) << copied.status();
-  auto same = [](const Bf16Matrix& a, const Bf16Matrix& b) {
+  auto same = [](const WeightMatrix& a, const WeightMatrix& b) {
     ASSERT_EQ(a.rows, b.rows);
     ASSERT_EQ(a.cols, b.cols);
     EXPECT_NE(a.data, b.data);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data) % 64, 0u);
-    EXPECT_EQ(std::memcmp(a.data, b.data, sizeof(uint16_t) * a.rows * a.cols), 0);
+    EXPECT_EQ(a.format, b.format);
+    EXPECT_EQ(std::memcmp(a.data, b.data, a.bytes()), 0);
   };
   same((*mapped)->embed_tokens(), (*copied)->embed_tokens());
   for (int l = 0; l < c->num_layers; ++l) {
@@ -260,10 +262,14 @@ TEST(WeightsLoaderTest, TiledOrderIsTheDocumentedOne) {
         }
       }
       EXPECT_EQ(std::count(seen.begin(), seen.end(), true), rows * cols);
-      std::vector<uint16_t> row(cols);
+      // ReadRowF32 reads a tiled row back in column order (bits compared: these values include NaNs).
+      const WeightMatrix tiled = WeightMatrix::Bf16(t.data(), rows, cols, WeightLayout::kTiled);
+      std::vector<float> row(cols);
       for (int64_t r = 0; r < rows; ++r) {
-        ReadTiledRow(t.data(), r, rows, cols, row.data());
-        ASSERT_TRUE(std::equal(row.begin(), row.end(), m.begin() + r * cols)) << rows << "x" << cols << " row " << r;
+        ReadRowF32(tiled, r, row.data());
+        for (int64_t c = 0; c < cols; ++c) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(row[c]) >> 16, m[r * cols + c]) << rows << "x" << cols << " (" << r << ", " << c << ")";
+        }
       }
       // A group's first pair of k: its rows' first two values back to back.
       const int64_t group = std::min(rows, kTileRows);
@@ -288,27 +294,29 @@ TEST(WeightsLoaderTest, TiledLayerMatricesHoldTheMappedValues) {
   EXPECT_FALSE((*mapped)->matrices_tiled());
   EXPECT_TRUE((*tiled)->matrices_tiled());
   // The embedding is the tied head: tiled too, its rows read back in row order for token lookups.
-  const Bf16Matrix &e_rm = (*mapped)->embed_tokens(), &e_t = (*tiled)->embed_tokens();
-  EXPECT_FALSE(e_rm.tiled);
-  ASSERT_TRUE(e_t.tiled);
-  std::vector<uint16_t> row(e_t.cols);
+  const WeightMatrix &e_rm = (*mapped)->embed_tokens(), &e_t = (*tiled)->embed_tokens();
+  EXPECT_FALSE(e_rm.tiled());
+  ASSERT_TRUE(e_t.tiled());
+  std::vector<float> row(e_t.cols), want(e_rm.cols);
   for (int64_t r = 0; r < e_t.rows; r += 7) {
-    ReadTiledRow(e_t.data, r, e_t.rows, e_t.cols, row.data());
-    ASSERT_TRUE(std::equal(row.begin(), row.end(), e_rm.data + r * e_rm.cols)) << "embedding row " << r;
+    ReadRowF32(e_t, r, row.data());
+    ReadRowF32(e_rm, r, want.data());
+    ASSERT_EQ(row, want) << "embedding row " << r;
+    for (int64_t col = 0; col < e_rm.cols; ++col) ASSERT_EQ(want[col], Bf16ToF32(e_rm.bf16()[r * e_rm.cols + col]));
   }
   for (int l = 0; l < c->num_layers; ++l) {
     const LayerWeights &a = (*mapped)->layer(l), &b = (*tiled)->layer(l);
     for (auto m : {&LayerWeights::q_proj, &LayerWeights::k_proj, &LayerWeights::v_proj, &LayerWeights::o_proj,
                    &LayerWeights::gate_proj, &LayerWeights::up_proj, &LayerWeights::down_proj}) {
-      const Bf16Matrix &rm = a.*m, &t = b.*m;
+      const WeightMatrix &rm = a.*m, &t = b.*m;
       if (rm.empty()) continue;
-      EXPECT_FALSE(rm.tiled);
-      ASSERT_EQ(t.tiled, CanTileRows(t.cols)) << "layer " << l;
+      EXPECT_FALSE(rm.tiled());
+      ASSERT_EQ(t.tiled(), CanTile(t)) << "layer " << l;
       ASSERT_EQ(rm.rows, t.rows);
       ASSERT_EQ(rm.cols, t.cols);
       for (int64_t r = 0; r < rm.rows; ++r) {
         for (int64_t col = 0; col < rm.cols; ++col) {
-          ASSERT_EQ(t.data[TiledOffset(r, col, t.rows, t.cols)], rm.data[r * rm.cols + col])
+          ASSERT_EQ(t.bf16()[TiledOffset(r, col, t.rows, t.cols)], rm.bf16()[r * rm.cols + col])
               << "layer " << l << " (" << r << ", " << col << ")";
         }
       }
