@@ -23,6 +23,7 @@
 #include "tools/checkpoint/checkpoint_writer.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/engine.h"
+#include "engine/model/quantize.h"
 
 ABSL_FLAG(std::string, layers, "6,12", "layer counts of the generated 12B-shaped checkpoints");
 ABSL_FLAG(std::string, workdir, "/tmp/layerpipe_bench", "where generated checkpoints are kept (reused)");
@@ -36,6 +37,7 @@ ABSL_FLAG(int, context, -1,
 ABSL_FLAG(int, decode_tokens, 16, "decode steps measured");
 ABSL_FLAG(int, batch, 1, "sequences decoded together");
 ABSL_FLAG(std::string, precision, "bf16", "bf16 or fp32");
+ABSL_FLAG(std::string, quantize, "none", "none or int8: quantize the decoder matrices at load");
 ABSL_FLAG(int, threads, 0, "threads (0: all cores)");
 ABSL_FLAG(bool, huge_pages, true,
           "weights copied into huge pages at load, tiled where the bf16 kernel reads them so (false: read in place "
@@ -87,6 +89,12 @@ int Bench(const std::string& dir, const std::string& label) {
     std::fprintf(stderr, "--prompt_tokens, --decode_tokens and --prefill_chunk must be >= 0\n");
     return 2;
   }
+  auto quantize = ParseQuantization(absl::GetFlag(FLAGS_quantize));
+  if (!quantize.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(quantize.status().message()).c_str());
+    return 2;
+  }
+  o.quantize = *quantize;
   o.threads = absl::GetFlag(FLAGS_threads);
   o.prefill_chunk = chunk > 0 ? chunk : std::max({n, context, 1});
   o.huge_pages = absl::GetFlag(FLAGS_huge_pages);
@@ -145,12 +153,22 @@ int Bench(const std::string& dir, const std::string& label) {
   for (int l = 0; l < c.num_layers; ++l) layer_bytes += static_cast<double>(e.weights().LayerMatrixBytes(l));
   const double head_bytes = static_cast<double>(e.weights().embed_tokens().bytes());
   const double step_bytes = layer_bytes + head_bytes;
-  // 2 flops per weight per token for the layer matmuls (so a weight's bytes in bf16); the head runs once
-  // per prompt, and so does the last layer past its keys and values (SequenceSlice::outputs).
+  // 2 flops per weight per token for the layer matmuls, whatever their format; the head runs once per
+  // prompt, and so does the last layer past its keys and values (SequenceSlice::outputs).
+  auto flops = [](std::initializer_list<const WeightMatrix*> ms) {
+    double f = 0;
+    for (const WeightMatrix* m : ms) f += 2.0 * static_cast<double>(m->rows) * static_cast<double>(m->cols);
+    return f;
+  };
+  auto layer_flops = [&](const LayerWeights& L) {
+    return flops({&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj});
+  };
+  double layers_flops = 0;
+  for (int l = 0; l < c.num_layers; ++l) layers_flops += layer_flops(e.weights().layer(l));
   const LayerWeights& last = e.weights().layer(c.num_layers - 1);
-  const double last_kv_bytes = static_cast<double>(last.k_proj.bytes() + last.v_proj.bytes());
-  const double last_rest_bytes = static_cast<double>(e.weights().LayerMatrixBytes(c.num_layers - 1)) - last_kv_bytes;
-  const double prefill_flops = (layer_bytes - last_rest_bytes) * n * batch + (last_rest_bytes + head_bytes) * batch;
+  const double last_rest_flops = layer_flops(last) - flops({&last.k_proj, &last.v_proj});
+  const double head_flops = flops({&e.weights().embed_tokens()});
+  const double prefill_flops = (layers_flops - last_rest_flops) * n * batch + (last_rest_flops + head_flops) * batch;
   std::printf("%-28s load %.1f s (%s) | prefill %6d tok (chunk %d): %8.1f tok/s  %6.1f GFLOP/s  %s"
               " | decode batch %d at %d: %7.2f tok/s  %6.2f ms/step  %s  weights %.2f GB/step"
               "  %5.1f GB/s\n",
@@ -181,7 +199,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", std::string(dir.status().message()).c_str());
       return 1;
     }
-    if (int rc = Bench(*dir, "12B shapes, " + std::to_string(layers) + " layers (" + absl::GetFlag(FLAGS_precision) + ")");
+    if (int rc = Bench(*dir, "12B shapes, " + std::to_string(layers) + " layers (" + absl::GetFlag(FLAGS_precision) + (absl::GetFlag(FLAGS_quantize) == "none" ? "" : ", " + absl::GetFlag(FLAGS_quantize)) + ")");
         rc != 0)
       return rc;
   }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backend/backend_factory.h"
+#include "engine/model/quantize.h"
 
 namespace layerpipe::cli {
 
@@ -44,7 +45,9 @@ std::vector<FlagSpec> EngineFlagSpecs() {
   return {{"precision", false, false, "bf16 (default, fast) or fp32 (activations and KV cache in fp32)"},
           {"threads", false, false, "compute threads (default: LAYERPIPE_THREADS or all cores)"},
           {"prefill-chunk", false, false, "prompt tokens per forward step (default 512)"},
-          {"device", false, false, "where the layers run: cpu (default), cuda or cuda:N"}};
+          {"device", false, false, "where the layers run: cpu (default), cuda or cuda:N"},
+          {"quantize", false, false,
+           "none (default) or int8: quantize every decoder layer's matrices at load (groups of 32 along k)"}};
 }
 
 absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const Args& args) {
@@ -61,6 +64,9 @@ absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const Args& args) {
   if (!chunk.ok()) return chunk.status();
   if (*chunk <= 0) return absl::InvalidArgumentError("--prefill-chunk must be positive");
   o.prefill_chunk = *chunk;
+  auto quantize = ParseQuantization(args.StringOr("quantize", "none"));
+  if (!quantize.ok()) return quantize.status();
+  o.quantize = *quantize;
   auto device = ParseDevice(args.StringOr("device", "cpu"));
   if (!device.ok()) return absl::InvalidArgumentError(absl::StrCat("--device: ", device.status().message()));
   auto maker = BackendMakerFor(*device);

@@ -20,7 +20,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& model_di
   auto weights = ModelWeights::Load(
       model_dir, e->config_, sel,
       {.huge_pages = options.huge_pages && cpu,
-       .tile_layer_matrices = cpu});
+       .tile_layer_matrices = cpu,
+       .quantize = options.quantize});
   if (!weights.ok()) return weights.status();
   e->weights_ = std::move(*weights);
   e->pool_ = std::make_unique<ThreadPool>(options.threads);

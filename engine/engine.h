@@ -26,6 +26,7 @@ struct EngineOptions {
   int64_t prefill_chunk = 512;  // tokens of one sequence per forward step
   BackendMaker make_backend;    // empty: the CPU executor
   bool huge_pages = true;       // CPU executor: weights copied into huge pages (false: read in place)
+  WeightFormat quantize = WeightFormat::kBf16;  // decoder matrices quantized at load (kBf16: as stored)
 };
 
 // New tokens for one sequence in a step (a prompt, a prompt chunk, or one decode token), with the soft

@@ -35,7 +35,6 @@ void PageIn(const uint8_t* data, size_t n) {
   sink = sink + data[n - 1];
 }
 
-
 using json = nlohmann::json;
 
 // Tensors in a huge-page copy start on 64-byte boundaries, as vector loads like.
@@ -200,7 +199,7 @@ const TensorInfo* SafetensorsFile::Find(std::string_view name) const {
 }
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir, const NameFilter& wanted,
-                                                              bool huge_pages) {
+                                                              bool huge_pages, const NameFilter& in_place) {
   auto ckpt = std::unique_ptr<Checkpoint>(new Checkpoint());
   ckpt->dir_ = dir;
   const std::string index_path = dir + "/model.safetensors.index.json";
@@ -241,8 +240,12 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
       if (!wanted(name)) continue;
       auto it = index_map.find(name);
       if (!index_map.empty() && (it == index_map.end() || it->second != shard)) continue;
-      mine.push_back(&info);
       wanted_bytes += info.nbytes;
+      if (in_place && in_place(name)) {
+        ckpt->by_name_.emplace(info.name, &info);
+        continue;
+      }
+      mine.push_back(&info);
       copy_bytes += RoundUp64(info.nbytes);
     }
     std::string where = "in place";
@@ -292,6 +295,15 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     }
   }
   return ckpt;
+}
+
+void ReleasePages(const TensorInfo& t) {
+  if (t.nbytes == 0) return;
+  // Whole pages only: a page shared with a neighbouring tensor would fault back in at its next read.
+  const uintptr_t page = 4096;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(t.data) + page - 1) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(t.data) + t.nbytes) & ~(page - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 const TensorInfo* Checkpoint::Find(std::string_view name) const {

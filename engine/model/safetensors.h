@@ -75,8 +75,11 @@ class Checkpoint {
   // huge_pages: copy the wanted tensors of each shard into anonymous memory in huge pages
   // (engine/model/huge_pages.h) and let the page cache drop the file's pages; otherwise they are read
   // in place from the mapping.
+  // in_place (optional): wanted tensors that stay in the mapping even with huge_pages, and are not
+  // paged in at load: a reader that reads them once (quantization at load) and then releases them
+  // (ReleasePages).
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir, const NameFilter& wanted,
-                                                          bool huge_pages = false);
+                                                          bool huge_pages = false, const NameFilter& in_place = nullptr);
 
   const TensorInfo* Find(std::string_view name) const;
   bool Has(std::string_view name) const { return Find(name) != nullptr; }
@@ -90,6 +93,11 @@ class Checkpoint {
   std::vector<std::unique_ptr<HugePageBuffer>> buffers_;
   std::deque<TensorInfo> copies_;
 };
+
+// Drops the pages of a tensor read in place from this process's memory (they fault back in from the
+// file if it is read again): what quantization at load does once a matrix is quantized, so that a
+// worker's resident weights are the quantized bytes.
+void ReleasePages(const TensorInfo& t);
 
 // One tensor to be written by WriteSafetensors.
 struct TensorBlob {

@@ -46,13 +46,34 @@ void Bf16ReadRow(const WeightMatrix& m, int64_t row, float* out) {
   }
 }
 
+size_t Int8Bytes(int64_t rows, int64_t cols) {
+  const Int8Tiled t = Int8Tiled::Of(rows, cols);
+  return t.value_bytes() + t.scale_bytes();
+}
+
+bool NeverRetiled(int64_t) { return false; }
+void NoTiling(void*, int64_t, int64_t) {}
+
+void Int8ReadRow(const WeightMatrix& m, int64_t row, float* out) {
+  const Int8Tiled t = Int8Tiled::Of(m.rows, m.cols);
+  for (int64_t c = 0; c < m.cols; ++c) {
+    out[c] = static_cast<float>(m.int8()[t.ValueAt(row, c)]) * Bf16ToF32(m.scales[t.ScaleAt(row, c / kQuantGroup)]);
+  }
+}
+
 constexpr std::array<FormatTraits, kWeightFormatCount> kFormats = {{
     {"bf16", Bf16Bytes, CanTileRows, Bf16TileInPlace, Bf16ReadRow},
+    {"int8", Int8Bytes, NeverRetiled, NoTiling, Int8ReadRow},
 }};
 
 const FormatTraits& Traits(WeightFormat f) { return kFormats[static_cast<size_t>(f)]; }
 
 }  // namespace
+
+Int8Tiled Int8Tiled::Of(int64_t rows, int64_t cols) {
+  auto round_up = [](int64_t v, int64_t m) { return (v + m - 1) / m * m; };
+  return Int8Tiled{round_up(rows, kInt8TileRows), round_up(cols, kQuantGroup)};
+}
 
 std::string_view WeightFormatName(WeightFormat format) { return Traits(format).name; }
 
@@ -76,7 +97,7 @@ std::string WeightMatrix::Describe() const {
   return absl::StrCat(Traits(format).name, " [", rows, ", ", cols, "]", tiled() ? " tiled" : "");
 }
 
-bool CanTile(const WeightMatrix& m) { return !m.empty() && Traits(m.format).can_tile(m.cols); }
+bool CanTile(const WeightMatrix& m) { return !m.empty() && !m.tiled() && Traits(m.format).can_tile(m.cols); }
 
 void TileInPlace(WeightMatrix* m) {
   Traits(m->format).tile_in_place(const_cast<void*>(m->data), m->rows, m->cols);

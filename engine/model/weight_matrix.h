@@ -15,9 +15,34 @@
 
 namespace layerpipe {
 
-// How a matrix's values are stored. kBf16: raw bf16 bits, the checkpoint's own dtype.
-enum class WeightFormat : uint8_t { kBf16 };
-inline constexpr int kWeightFormatCount = 1;
+// How a matrix's values are stored.
+//  - kBf16: raw bf16 bits, the checkpoint's own dtype; row-major or tiled.
+//  - kInt8: w = q · s, q an int8 in [-127, 127], s one bf16 scale per row and group of kQuantGroup
+//    values along k (engine/model/quantize.h: the rule that makes them). Always tiled, in the order the
+//    CPU kernels read (Int8Tiled below).
+enum class WeightFormat : uint8_t { kBf16, kInt8 };
+inline constexpr int kWeightFormatCount = 2;
+
+// Values of k that share one scale in the quantized formats.
+inline constexpr int64_t kQuantGroup = 32;
+// The int8 tiled order: rows in groups of kInt8TileRows (the last padded with zero rows), k padded with
+// zeros to a multiple of kQuantGroup; in a group, for each quad of k (4t .. 4t + 3) its rows' four
+// values back to back (byte 4·lane + i: row lane, value 4t + i), 64 bytes, one AVX-512 vector of
+// 16 rows' quads. The scales follow all the values: per row group, per group of k, its rows' 16 bf16.
+inline constexpr int64_t kInt8TileRows = 16;
+struct Int8Tiled {
+  int64_t rows_padded, k_padded;
+  static Int8Tiled Of(int64_t rows, int64_t cols);
+  size_t value_bytes() const { return static_cast<size_t>(rows_padded * k_padded); }
+  size_t scale_bytes() const { return static_cast<size_t>(rows_padded * (k_padded / kQuantGroup)) * 2; }
+  // Where q[row][col] and the scale of (row, group) live.
+  int64_t ValueAt(int64_t row, int64_t col) const {
+    return (row / kInt8TileRows * (k_padded / 4) + col / 4) * 4 * kInt8TileRows + row % kInt8TileRows * 4 + col % 4;
+  }
+  int64_t ScaleAt(int64_t row, int64_t group) const {
+    return (row / kInt8TileRows * (k_padded / kQuantGroup) + group) * kInt8TileRows + row % kInt8TileRows;
+  }
+};
 
 std::string_view WeightFormatName(WeightFormat format);
 // The format a name (as WeightFormatName writes it) stands for; an unknown name is INVALID_ARGUMENT
@@ -41,6 +66,8 @@ struct WeightMatrix {
   const void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  // Quantized formats: the bf16 scales (their place in the format's layout); null for bf16.
+  const uint16_t* scales = nullptr;
 
   static WeightMatrix Bf16(const uint16_t* data, int64_t rows, int64_t cols,
                            WeightLayout layout = WeightLayout::kRowMajor) {
@@ -51,11 +78,14 @@ struct WeightMatrix {
   size_t bytes() const { return WeightBytes(format, rows, cols); }
   // The values as bf16 bits; only for a kBf16 matrix (the caller has checked its format).
   const uint16_t* bf16() const { return static_cast<const uint16_t*>(data); }
+  // The values as int8; only for a kInt8 matrix.
+  const int8_t* int8() const { return static_cast<const int8_t*>(data); }
   // "bf16 [2048, 3840] tiled", for logs and errors.
   std::string Describe() const;
 };
 
-// Whether the matrix's format can be stored tiled at this width.
+// Whether the matrix can be rearranged into the tiled layout (a row-major bf16 one of even width;
+// quantized formats are made tiled).
 bool CanTile(const WeightMatrix& m);
 // Rearranges a row-major matrix whose data this process owns (a huge-page copy) into the tiled layout,
 // in place; CanTile(*m).

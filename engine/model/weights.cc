@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "engine/model/bf16.h"
+#include "engine/model/quantize.h"
 
 namespace layerpipe {
 namespace {
@@ -99,9 +100,12 @@ class Loader {
     return t;
   }
 
-  absl::Status Matrix(const std::string& name, int64_t rows, int64_t cols, WeightMatrix* out) {
+  // source: where the tensor read lies, for a caller that releases it after quantizing.
+  absl::Status Matrix(const std::string& name, int64_t rows, int64_t cols, WeightMatrix* out,
+                      const TensorInfo** source = nullptr) {
     auto t = Get(name, {rows, cols});
     if (!t.ok()) return t.status();
+    if (source != nullptr) *source = *t;
     if ((*t)->dtype == DType::kBF16 && reinterpret_cast<uintptr_t>((*t)->data) % 2 == 0) {
       *out = WeightMatrix::Bf16(reinterpret_cast<const uint16_t*>((*t)->data), rows, cols);
       return absl::OkStatus();
@@ -158,6 +162,46 @@ absl::Status LoadEmbedders(const ModelConfig& c, Loader& ld, std::unique_ptr<Vis
   return absl::OkStatus();
 }
 
+// Whether a tensor name (with or without its prefix) is a decoder layer's projection matrix: what
+// WeightLoadOptions::quantize quantizes.
+bool IsLayerProjection(std::string_view name) {
+  for (const char* p : kPrefixes) {
+    if (name.rfind(p, 0) == 0) name.remove_prefix(std::strlen(p));
+  }
+  if (name.rfind("layers.", 0) != 0) return false;
+  for (const char* s : {".self_attn.q_proj.weight", ".self_attn.k_proj.weight", ".self_attn.v_proj.weight",
+                        ".self_attn.o_proj.weight", ".mlp.gate_proj.weight", ".mlp.up_proj.weight",
+                        ".mlp.down_proj.weight"}) {
+    const std::string_view suffix = s;
+    if (name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix) return true;
+  }
+  return false;
+}
+
+// Quantizes every matrix of `sources` into one allocation of `format`, releasing each source's pages
+// once it is read; returns what the load log says of it.
+absl::StatusOr<std::string> QuantizeLayerMatrices(WeightFormat format,
+                                                  const std::vector<std::pair<WeightMatrix*, const TensorInfo*>>& sources,
+                                                  std::unique_ptr<HugePageBuffer>* buffer) {
+  const auto start = std::chrono::steady_clock::now();
+  auto round_up = [](size_t v) { return (v + 63) / 64 * 64; };  // each matrix 64-byte aligned
+  size_t total = 0;
+  for (const auto& [m, t] : sources) total += round_up(WeightBytes(format, m->rows, m->cols));
+  if (total == 0) return std::string();
+  auto allocated = HugePageBuffer::Allocate(total);
+  if (!allocated.ok()) return allocated.status();
+  size_t at = 0;
+  for (const auto& [m, t] : sources) {
+    *m = Quantize(*m, format, (*allocated)->data() + at);
+    at += round_up(m->bytes());
+    ReleasePages(*t);
+  }
+  *buffer = std::move(*allocated);
+  return absl::StrFormat("; %zu matrices quantized to %s in %.2f s", sources.size(),
+                         std::string(WeightFormatName(format)),
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& model_dir,
@@ -182,7 +226,10 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     }
     return false;
   };
-  auto ckpt = Checkpoint::Open(model_dir, wanted, options.huge_pages);
+  // Quantized matrices are read once from the mapping, never copied.
+  const bool quantizing = options.quantize != WeightFormat::kBf16;
+  auto quantized_here = [&](std::string_view name) { return quantizing && IsLayerProjection(name); };
+  auto ckpt = Checkpoint::Open(model_dir, wanted, options.huge_pages, quantized_here);
   if (!ckpt.ok()) return ckpt.status();
 
   auto w = std::unique_ptr<ModelWeights>(new ModelWeights());
@@ -205,20 +252,29 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     Loader full_names = ld.Unprefixed();
     if (auto st = LoadEmbedders(config, full_names, &w->vision_, &w->audio_); !st.ok()) return st;
   }
+  // Every layer projection and the tensor it was read from. layers_ is reserved: the pointers stay.
+  std::vector<std::pair<WeightMatrix*, const TensorInfo*>> sources;
+  w->layers_.reserve(sel.layer_end - sel.layer_begin);
   for (int l = sel.layer_begin; l < sel.layer_end; ++l) {
     LayerWeights& L = w->layers_.emplace_back();
     const int64_t hd = config.HeadDim(l), kv = config.KvHeads(l), nh = config.num_heads;
     auto n = [&](const char* s) { return LayerName(l, s); };
     absl::Status st;
-    if (st = ld.Matrix(n("self_attn.q_proj.weight"), nh * hd, H, &L.q_proj); !st.ok()) return st;
-    if (st = ld.Matrix(n("self_attn.k_proj.weight"), kv * hd, H, &L.k_proj); !st.ok()) return st;
+    auto matrix = [&](const char* s, int64_t rows, int64_t cols, WeightMatrix* out) {
+      const TensorInfo* source = nullptr;
+      absl::Status st = ld.Matrix(n(s), rows, cols, out, &source);
+      if (st.ok()) sources.emplace_back(out, source);
+      return st;
+    };
+    if (st = matrix("self_attn.q_proj.weight", nh * hd, H, &L.q_proj); !st.ok()) return st;
+    if (st = matrix("self_attn.k_proj.weight", kv * hd, H, &L.k_proj); !st.ok()) return st;
     if (config.HasVProj(l)) {
-      if (st = ld.Matrix(n("self_attn.v_proj.weight"), kv * hd, H, &L.v_proj); !st.ok()) return st;
+      if (st = matrix("self_attn.v_proj.weight", kv * hd, H, &L.v_proj); !st.ok()) return st;
     }
-    if (st = ld.Matrix(n("self_attn.o_proj.weight"), H, nh * hd, &L.o_proj); !st.ok()) return st;
-    if (st = ld.Matrix(n("mlp.gate_proj.weight"), I, H, &L.gate_proj); !st.ok()) return st;
-    if (st = ld.Matrix(n("mlp.up_proj.weight"), I, H, &L.up_proj); !st.ok()) return st;
-    if (st = ld.Matrix(n("mlp.down_proj.weight"), H, I, &L.down_proj); !st.ok()) return st;
+    if (st = matrix("self_attn.o_proj.weight", H, nh * hd, &L.o_proj); !st.ok()) return st;
+    if (st = matrix("mlp.gate_proj.weight", I, H, &L.gate_proj); !st.ok()) return st;
+    if (st = matrix("mlp.up_proj.weight", I, H, &L.up_proj); !st.ok()) return st;
+    if (st = matrix("mlp.down_proj.weight", H, I, &L.down_proj); !st.ok()) return st;
     if (st = ld.Vector(n("input_layernorm.weight"), H, &L.input_layernorm); !st.ok()) return st;
     if (st = ld.Vector(n("post_attention_layernorm.weight"), H, &L.post_attention_layernorm); !st.ok()) return st;
     if (st = ld.Vector(n("pre_feedforward_layernorm.weight"), H, &L.pre_feedforward_layernorm); !st.ok()) return st;
@@ -229,6 +285,12 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     std::vector<float> scalar;
     if (st = ld.Vector(n("layer_scalar"), 1, &scalar); !st.ok()) return st;
     L.layer_scalar = scalar[0];
+  }
+  std::string quantized;
+  if (quantizing) {
+    auto q = QuantizeLayerMatrices(options.quantize, sources, &w->quantized_);
+    if (!q.ok()) return q.status();
+    quantized = *q;
   }
   // The huge-page copies are this process's own memory, so they can be rearranged in place.
   std::string tiled;
@@ -274,8 +336,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   if (sel.head) what += " + head";
   std::string converted = absl::StrCat("; matrices ", w->MatrixFormatSummary());
   if (!w->converted_.empty()) converted += absl::StrCat(", ", w->converted_.size(), " converted to bf16");
-  LP_LOG(INFO) << absl::StrFormat("loaded %.2f GB of %s in %.2f s (%.2f GB/s%s%s)", bytes / 1e9, what, seconds,
-                                  seconds > 0 ? bytes / 1e9 / seconds : 0.0, converted, tiled);
+  LP_LOG(INFO) << absl::StrFormat("loaded %.2f GB of %s in %.2f s (%.2f GB/s%s%s%s)", bytes / 1e9, what, seconds,
+                                  seconds > 0 ? bytes / 1e9 / seconds : 0.0, converted, quantized, tiled);
   w->ckpt_ = std::move(*ckpt);
   return w;
 }

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/config.h"
+#include "engine/model/huge_pages.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weight_matrix.h"
 
@@ -48,9 +49,14 @@ struct WeightSelection {
 // tile_layer_matrices: with huge_pages, store the layers' projection matrices, and the embedding where
 // this stage computes the tied head, tiled where their format and width allow (CanTile), for a CPU
 // stage (every CPU matmul kernel reads that order).
+// quantize: the format every decoder layer's projection matrix is quantized into while it loads
+// (engine/model/quantize.h), read once from the mapping and then released, so that the quantized bytes
+// are what the process holds; kBf16 keeps them as stored. The embedding (tied head) and the embedders
+// stay as stored.
 struct WeightLoadOptions {
   bool huge_pages = false;
   bool tile_layer_matrices = false;
+  WeightFormat quantize = WeightFormat::kBf16;
 };
 
 class ModelWeights {
@@ -91,6 +97,8 @@ class ModelWeights {
   bool matrices_tiled_ = false;
   // Matrices stored as F16/F32 on disk are converted to bf16 here; bf16 ones stay in the mapping.
   std::vector<std::vector<uint16_t>> converted_;
+  // The quantized matrices (WeightLoadOptions::quantize), all in one allocation.
+  std::unique_ptr<HugePageBuffer> quantized_;
 };
 
 }  // namespace layerpipe

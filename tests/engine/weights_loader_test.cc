@@ -311,7 +311,7 @@ TEST(WeightsLoaderTest, TiledLayerMatricesHoldTheMappedValues) {
       const WeightMatrix &rm = a.*m, &t = b.*m;
       if (rm.empty()) continue;
       EXPECT_FALSE(rm.tiled());
-      ASSERT_EQ(t.tiled(), CanTile(t)) << "layer " << l;
+      ASSERT_EQ(t.tiled(), CanTile(rm)) << "layer " << l;
       ASSERT_EQ(rm.rows, t.rows);
       ASSERT_EQ(rm.cols, t.cols);
       for (int64_t r = 0; r < rm.rows; ++r) {

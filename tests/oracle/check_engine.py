@@ -117,10 +117,11 @@ CASES = [
 class CliEngine:
     """The `layerpipe` binary."""
 
-    def __init__(self, bin_dir, timeout, device="cpu"):
+    def __init__(self, bin_dir, timeout, device="cpu", quantize="none"):
         self.exe = os.path.join(bin_dir, "layerpipe")
         self.timeout = timeout
         self.device = device
+        self.quantize = quantize
         self.kernel_lines = set()   # what the CPU stages said they run (cpu_backend.cc logs it once)
         if not os.access(self.exe, os.X_OK):
             raise SystemExit(f"FAIL: {self.exe} is missing or not executable (pass --bin or set LAYERPIPE_BIN)")
@@ -163,7 +164,8 @@ class CliEngine:
         """The logits as written (float32 [n, vocab])."""
         self._run(["score", "--model", model_dir, "--ids", ",".join(map(str, ids))]
                   + self._media_args(images, audios)
-                  + ["--logits-out", out_path, "--precision", precision, "--device", self.device] + list(extra))
+                  + ["--logits-out", out_path, "--precision", precision, "--device", self.device,
+                     "--quantize", self.quantize] + list(extra))
         return np.load(out_path)
 
     def score(self, model_dir, ids, precision, out_path, images=(), audios=(), extra=()):
@@ -173,7 +175,7 @@ class CliEngine:
         out = self._run(["generate", "--model", model_dir, "--ids", ",".join(map(str, ids))]
                         + self._media_args(images, audios)
                         + ["--max-new-tokens", str(n), "--print-ids", "--precision", precision,
-                           "--device", self.device])
+                           "--device", self.device, "--quantize", self.quantize])
         lines = out.strip().splitlines()
         last = lines[-1].strip() if lines else ""
         try:
@@ -454,7 +456,41 @@ def check_greedy(ckpt, prompt, generated, precision, row, images=None, audios=No
     return None
 
 
-def run_case(engine, case, work, row, log):
+# ----------------------------------------------------------------------------------------------
+# Quantization at load (engine/model/quantize.h): the oracle runs on the weights dequantized by the
+# same rule, in float32 arithmetic as the engine quantizes, so q and s are the engine's to the bit.
+# ----------------------------------------------------------------------------------------------
+
+LAYER_PROJECTION = re.compile(r"layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight$")
+QUANT_GROUP = 32
+
+
+def dequantized_int8(w):
+    """q · s of a [out, in] matrix by the int8 rule: per row and group of 32 along in (the last one
+    shorter), s = bf16(max|w| / 127), q = clamp(rint(w / s), -127, 127), a zero group s = q = 0."""
+    rows, cols = w.shape
+    kp = -(-cols // QUANT_GROUP) * QUANT_GROUP
+    padded = np.zeros((rows, kp), np.float32)
+    padded[:, :cols] = w.astype(np.float32)
+    groups = padded.reshape(rows, kp // QUANT_GROUP, QUANT_GROUP)
+    amax = np.abs(groups).max(axis=2)
+    s = oracle.bf16_round(amax / np.float32(127)).astype(np.float32)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(s > 0, np.clip(np.rint(groups / s), -127, 127), 0).astype(np.float32)
+    return (q.astype(np.float64) * s.astype(np.float64)).reshape(rows, kp)[:, :cols]
+
+
+QUANTIZERS = {"int8": dequantized_int8}
+
+
+def quantized(ckpt, quantize):
+    if quantize == "none":
+        return ckpt
+    rule = QUANTIZERS[quantize]
+    return with_weights(ckpt, lambda n, w: rule(w) if LAYER_PROJECTION.search(n) else w)
+
+
+def run_case(engine, case, work, row, log, quantize="none"):
     model_dir = os.path.join(work, case.name)
     shutil.rmtree(model_dir, ignore_errors=True)
     os.makedirs(model_dir)
@@ -462,7 +498,14 @@ def run_case(engine, case, work, row, log):
     ckpt = oracle.load_checkpoint(model_dir)
     check_layout(ckpt, case)
     prompt = np.random.default_rng(case.seed).integers(3, case.vocab, size=case.prompt_len).tolist()
+    if quantize != "none":
+        as_stored = oracle.forward(ckpt, prompt)
+        ckpt = quantized(ckpt, quantize)
     ref = oracle.forward(ckpt, prompt)
+    if quantize != "none":
+        # How far the quantized weights move the logits from the stored ones: what the exact tier
+        # tells apart from an engine that ignored --quantize (checked in main).
+        row["quantization_moves"] = float(np.abs(ref - as_stored).max())
 
     # Controls first: they need no engine and show what the bounds below can detect.
     row["controls"] = {name: float(np.abs(bug - ref).max()) for name, bug in controls(ckpt, prompt)}
@@ -1119,6 +1162,8 @@ def main():
     parser.add_argument("--skip-multimodal", action="store_true", help="drop the multimodal cases from the selection")
     parser.add_argument("--timeout", type=int, default=120, help="seconds per engine command")
     parser.add_argument("--device", default="cpu", help="where `layerpipe` runs the layers: cpu, cuda, cuda:N")
+    parser.add_argument("--quantize", default="none", choices=["none", *QUANTIZERS],
+                        help="run `layerpipe --quantize` and hold it to the oracle on the same dequantized weights")
     parser.add_argument("--expect-kernel", default="",
                         help="require every CPU stage to say it ran this matmul kernel (avx2, avx512f, avx512bf16); "
                              f"exit {SKIP_CODE} (skipped) where it says this CPU lacks it")
@@ -1129,7 +1174,7 @@ def main():
     elif not args.bin:
         raise SystemExit("FAIL: no engine: pass --bin DIR or set LAYERPIPE_BIN (or --emulate)")
     else:
-        engine = CliEngine(args.bin, args.timeout, args.device)
+        engine = CliEngine(args.bin, args.timeout, args.device, args.quantize)
     cases, media_cases = select(args.cases, args.skip_multimodal)
     if not cases and not media_cases:
         raise SystemExit("FAIL: nothing selected")
@@ -1141,7 +1186,7 @@ def main():
         row = {"case": case.name}
         rows.append(row)
         try:
-            run_case(engine, case, args.work, row, print)
+            run_case(engine, case, args.work, row, print, args.quantize)
         except (CheckFailure, ValueError) as e:     # ValueError: the oracle refused the checkpoint
             row["error"] = str(e)
             failures.append(f"[{case.name}] {e}")
@@ -1155,6 +1200,13 @@ def main():
               f"max |Δlogit|; greedy gap fp32 {GREEDY_TOL['fp32']}, bf16 {GREEDY_TOL['bf16']}  ({text_seconds:.1f}s)")
         print_table(rows)
         failures += check_controls(rows, all_cases=len(cases) == len(CASES))
+        if args.quantize != "none":
+            moves = [r["quantization_moves"] for r in rows if "quantization_moves" in r]
+            print(f"{args.quantize}: the dequantized weights move the oracle's logits by up to "
+                  + ", ".join(f"{m:.3g}" for m in moves))
+            if moves and max(moves) <= FP32_MAX:
+                failures.append(f"--quantize {args.quantize}: no checkpoint's logits move past the fp32 bound "
+                                f"{FP32_MAX}, so the check could not tell the quantized weights from the stored ones")
     if media_cases:
         print()
         print(f"multimodal: as above; images the engine resizes or decodes from JPEG: fp32 median "

@@ -29,3 +29,10 @@ foreach(isa avx2 avx512f avx512bf16)
   set_tests_properties(oracle_exactness_${isa} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "LAYERPIPE_MATMUL_ISA=${isa};LAYERPIPE_ASSUME_AVX512_BF16=1")
 endforeach()
+
+# Quantization at load: the text cases with `--quantize int8`, against the oracle on the weights
+# dequantized by the same rule (check_engine.py: dequantized_int8).
+add_test(NAME oracle_exactness_int8
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/oracle/check_engine.py --quantize int8
+                 --bin ${CMAKE_BINARY_DIR}/bin --work ${CMAKE_BINARY_DIR}/test_data/oracle_int8)
+set_tests_properties(oracle_exactness_int8 PROPERTIES TIMEOUT 300)
