@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "common/child_process.h"
 #include "common/self_path.h"
+#include "engine/model/quantize.h"
 
 namespace layerpipe::cli {
 namespace {
@@ -31,6 +32,7 @@ std::vector<FlagSpec> Specs() {
       {"model", false, false, "checkpoint directory (required)"},
       {"workers", false, false, "number of worker processes (required)"},
       {"precision", false, false, "bf16 or fp32 (default: the coordinator's)"},
+      {"quantize", false, false, "none (default) or int8: every worker quantizes its decoder matrices at load"},
       {"listen", false, false, "coordinator address (default 127.0.0.1:0, an ephemeral port)"},
       {"threads-per-worker", false, false, "compute threads of each worker (default: cores / workers)"},
       {"device", false, false,
@@ -50,7 +52,7 @@ constexpr const char* kUsageTail =
 struct Config {
   std::string model;
   int workers = 0;
-  std::string precision, listen, layer_split, http_listen, state_dir;
+  std::string precision, quantize, listen, layer_split, http_listen, state_dir;
   int threads_per_worker = 0;
   std::vector<std::string> devices;  // one per worker
   Clock::duration startup_timeout{};
@@ -72,6 +74,8 @@ absl::StatusOr<Config> ConfigFromArgs(const Args& args, std::vector<std::string>
   }
   c.listen = args.StringOr("listen", "127.0.0.1:0");
   c.layer_split = args.StringOr("layer-split", "");
+  c.quantize = args.StringOr("quantize", "none");
+  if (auto q = ParseQuantization(c.quantize); !q.ok()) return q.status();
   c.http_listen = args.StringOr("http-listen", "");
   c.state_dir = args.StringOr("state-dir", "");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -184,6 +188,7 @@ class Supervisor {
                                            "--workers", absl::StrJoin(addresses, ",")};
           // absl spells flags with underscores; the dashed spelling is only an alias where a binary adds it.
           if (!config_.layer_split.empty()) argv.insert(argv.end(), {"--layer-split", config_.layer_split});
+          argv.insert(argv.end(), {"--quantize", config_.quantize});
           if (!config_.precision.empty()) argv.insert(argv.end(), {"--precision", config_.precision});
           if (!config_.http_listen.empty()) argv.insert(argv.end(), {"--http_listen", config_.http_listen});
           if (!config_.state_dir.empty()) argv.insert(argv.end(), {"--state_dir", config_.state_dir});

@@ -26,6 +26,7 @@
 #include "coordinator/scheduling/scheduler.h"
 #include "engine/model/config.h"
 #include "engine/model/precision.h"
+#include "engine/model/weight_matrix.h"
 #include "proto/internal.grpc.pb.h"
 
 namespace layerpipe {
@@ -35,6 +36,7 @@ struct PipelineOptions {
   std::vector<std::string> workers;  // pipeline order
   std::vector<LayerRange> ranges;
   Precision precision = Precision::kBf16;
+  WeightFormat quantize = WeightFormat::kBf16;  // decoder matrices quantized at load (kBf16: as stored)
   int64_t prefill_chunk = 256;
   int max_batch = 64;                // decode slices per step
   absl::Duration recovery_deadline = absl::Seconds(30);

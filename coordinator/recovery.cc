@@ -30,6 +30,7 @@ absl::Status Pipeline::AssignAll(uint64_t epoch, const std::string& secret, absl
     req.set_coordinator_address(self_address_);
     req.set_epoch(epoch);
     req.set_precision(PrecisionName(opt_.precision));
+    req.set_quantize(opt_.quantize == WeightFormat::kBf16 ? "none" : std::string(WeightFormatName(opt_.quantize)));
     req.set_stage(static_cast<int>(s));
     req.set_epoch_secret(secret);
     internal::v1::AssignResponse resp;

@@ -20,6 +20,7 @@
 #include "coordinator/scheduling/planner.h"
 #include "engine/sampling/stop_conditions.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/model/quantize.h"
 
 namespace layerpipe {
 namespace {
@@ -101,6 +102,9 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
   popt.workers = s.workers;
   popt.ranges = ranges;
   popt.precision = s.precision;
+  auto quantize = ParseQuantization(s.quantize);
+  if (!quantize.ok()) return fail(std::string(quantize.status().message()));
+  popt.quantize = *quantize;
   popt.prefill_chunk = s.prefill_chunk;
   popt.max_batch = s.max_batch;
   popt.recovery_deadline = s.recovery_deadline;

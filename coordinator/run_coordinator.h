@@ -25,6 +25,7 @@ struct CoordinatorSettings {
   std::vector<std::string> workers;  // pipeline order
   std::string layer_split;
   Precision precision = Precision::kBf16;
+  std::string quantize = "none";  // --quantize: what every worker quantizes its decoder matrices into
   int64_t prefill_chunk = 256;
   int max_batch = 64;
   absl::Duration recovery_deadline = absl::Seconds(30);

@@ -31,9 +31,18 @@ CONTEXTS = (4096, 32768, 131072, 262144)
 
 
 # Bytes of a [rows, cols] matrix by weight format: engine/model/weight_matrix.cc's format table.
+def int8_bytes(rows, cols):
+    """int8 values in groups of 16 rows, k padded to the group of 32, and a bf16 scale per row and group."""
+    rows_padded, k_padded = -(-rows // 16) * 16, -(-cols // QUANT_GROUP) * QUANT_GROUP
+    return rows_padded * k_padded + rows_padded * (k_padded // QUANT_GROUP) * BF16
+
+
+QUANT_GROUP = 32
 WEIGHT_FORMATS = {
     "bf16": lambda rows, cols: rows * cols * BF16,
+    "int8": int8_bytes,
 }
+QUANTIZE = (("none", "bf16"), ("int8", "int8"))  # --quantize value, the decoder matrices' format
 
 
 def layer_matrices(kind):
@@ -168,6 +177,18 @@ def tables():
         heaviest = max(weight_bytes(b, e, s == 0, s == workers - 1) for s, (b, e) in enumerate(ranges))
         kv = " | ".join(mib(max(kv_bytes(b, e, c) for b, e in ranges)) for c in CONTEXTS)
         lines.append(f"| {workers} | {split} | {gib(heaviest)} | {kv} |")
+    lines += [
+        "",
+        "Weights (GiB) by `--quantize` (docs/quantization.md): the decoder layers' matrices in its format, the",
+        "embedding (tied head) and the norms as stored.",
+        "",
+        "| --quantize | 48 decoder layers | 24 layers (2 workers) | embedding | one worker, all layers |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for flag, fmt in QUANTIZE:
+        layers = lambda b, e: sum(layer_bytes(LAYER_TYPES[l], fmt) for l in range(b, e))  # noqa: E731
+        lines.append(f"| {flag} | {gib(layers(0, 48))} | {gib(layers(0, 24))} | {gib(EMBED_BYTES)} | "
+                     f"{gib(layers(0, 48) + EMBED_BYTES + FINAL_NORM_BYTES)} |")
     return "\n".join(lines) + "\n"
 
 

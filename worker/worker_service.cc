@@ -11,6 +11,7 @@
 #include "transport/hidden_codec.h"
 #include "worker/byte_size.h"
 #include "worker/frame_check.h"
+#include "engine/model/quantize.h"
 
 namespace layerpipe {
 namespace {
@@ -59,8 +60,11 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> WorkerService::WeightsFor(co
   }
   // Huge pages mean a CPU stage (worker/main.cc), whose matmul kernels read the weights tiled, in either
   // precision: the same copy serves both.
-  auto loaded = ModelWeights::Load(request.model_dir(), config, SelectionOf(request),
-                                   {.huge_pages = options_.huge_pages, .tile_layer_matrices = options_.huge_pages});
+  auto quantize = ParseQuantization(request.quantize());
+  if (!quantize.ok()) return quantize.status();
+  auto loaded = ModelWeights::Load(
+      request.model_dir(), config, SelectionOf(request),
+      {.huge_pages = options_.huge_pages, .tile_layer_matrices = options_.huge_pages, .quantize = *quantize});
   if (!loaded.ok()) return loaded.status();
   return std::shared_ptr<const ModelWeights>(std::move(*loaded));
 }
@@ -72,6 +76,8 @@ absl::Status WorkerService::DoAssign(const internal::v1::AssignRequest& in, inte
     return absl::InvalidArgumentError("model_dir is empty and the worker was started without --model");
   }
   if (request.precision().empty()) request.set_precision("bf16");
+  if (request.quantize().empty()) request.set_quantize("none");
+  if (auto q = ParseQuantization(request.quantize()); !q.ok()) return q.status();
   Precision precision;
   if (!ParsePrecision(request.precision(), &precision)) {
     return absl::InvalidArgumentError(

@@ -680,8 +680,42 @@ def test_cluster_one_shot(env):
     print("  ok")
 
 
+def test_quantized_weights(env):
+    """--quantize int8 on the coordinator (and on `layerpipe cluster`) makes every worker quantize its layers
+    at load: greedy tokens equal local `generate --quantize int8`; an unknown value is refused by name."""
+    local_gen = lambda args: env.local_generate("fp32", [*args, "--quantize", "int8"])  # noqa: E731
+    with Cluster(env, 2, "fp32", "0-2,3-5", coordinator_flags=["--quantize", "int8"]) as c:
+        for args in PROMPTS:
+            gen = [*args, "--max-new-tokens", str(NEW_TOKENS)]
+            remote, local = c.generate(gen), local_gen(gen)
+            check(len(ids_of(local)) > 0, f"local generate printed no ids for {args}")
+            check(remote == local, f"int8 cluster, {' '.join(args)}:\n  local  {local!r}\n  remote {remote!r}")
+        for i, w in enumerate(c.workers):
+            check("matrices quantized to int8" in w.stderr_text(), f"worker {i} did not quantize:\n{w.tail()}")
+    print("  ok: 2 workers, int8, greedy tokens equal local")
+
+    gen = ["--ids", "2,818,5279,529,9405,563,1037,7001", "--max-new-tokens", "16", "--print-ids"]
+    p = env.start(cluster_argv(env, 2, "--quantize", "int8", "--", "generate", *gen), "oneshot_int8")
+    rc = p.wait(CLIENT_TIMEOUT)
+    check(rc == 0, f"one-shot int8 cluster exited {rc}\n{p.tail()}")
+    want = local_gen(gen[:-1])
+    check(bytes(p.out) == want, f"one-shot int8 output:\n  local    {want!r}\n  one-shot {bytes(p.out)!r}")
+    print("  ok: layerpipe cluster --quantize int8")
+
+    p = env.start([os.path.join(env.bin, "layerpipe-coordinator"), "--listen", "127.0.0.1:0", "--model", env.model,
+                   "--workers", "127.0.0.1:1", "--quantize", "int3"], "coordinator_bad_quantize")
+    rc = p.wait(CLIENT_TIMEOUT)
+    check(rc != 0 and '--quantize must be none or int8, got "int3"' in p.stderr_text(),
+          f"coordinator --quantize int3 exited {rc}\n{p.tail()}")
+    rc, _, err = env.layerpipe("cluster", "--model", env.model, "--workers", "1", "--quantize", "int3", "--",
+                               "generate", "--ids", "2", "--max-new-tokens", "1")
+    check(rc != 0 and '"int3"' in err, f"layerpipe cluster --quantize int3 exited {rc}: {err[-500:]}")
+    print("  ok: an unknown --quantize is refused by name")
+
+
 TESTS = [
     test_greedy_matches_local_across_splits,
+    test_quantized_weights,
     test_score_matches_local_logits,
     test_concurrent_clients_match_alone,
     test_python_client_example,

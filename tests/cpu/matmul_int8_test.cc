@@ -15,16 +15,10 @@
 #include "engine/model/bf16.h"
 #include "engine/model/quantize.h"
 #include "engine/model/weight_matrix.h"
+#include "tests/cpu/runnable_isas.h"
 
 namespace layerpipe {
 namespace {
-
-std::vector<MatmulIsa> RunnableIsas() {
-  std::vector<MatmulIsa> isas = {MatmulIsa::kAvx2};
-  if (CpuSupportsAvx512F()) isas.push_back(MatmulIsa::kAvx512F);
-  if (CpuSupportsAvx512Bf16()) isas.push_back(MatmulIsa::kAvx512Bf16);
-  return isas;
-}
 
 TEST(QuantizeInt8Test, ScaleIsTheBf16OfTheLargestMagnitudeOver127AndValuesRoundHalfToEven) {
   // max |w| = 127: s = 1, so q is w rounded half to even.

@@ -14,17 +14,10 @@
 
 #include "engine/model/bf16.h"
 #include "engine/model/tiled_rows.h"
+#include "tests/cpu/runnable_isas.h"
 
 namespace layerpipe {
 namespace {
-
-// The kernels this machine can run.
-std::vector<MatmulIsa> RunnableIsas() {
-  std::vector<MatmulIsa> isas = {MatmulIsa::kAvx2};
-  if (CpuSupportsAvx512F()) isas.push_back(MatmulIsa::kAvx512F);
-  if (CpuSupportsAvx512Bf16()) isas.push_back(MatmulIsa::kAvx512Bf16);
-  return isas;
-}
 
 struct Problem {
   int64_t m, k, n;

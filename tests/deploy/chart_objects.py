@@ -113,7 +113,7 @@ def check_command_lines(o):
         need(flag_value(cargs, "advertise") == f"$(POD_IP):{c['port']}", "the coordinator must advertise its pod IP")
     need(any(e["name"] == "POD_IP" and e["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP" for e in o.coord["env"]),
          "POD_IP is not set from status.podIP")
-    for flag, want in (("precision", values["precision"]), ("layer-split", c["layerSplit"] or None),
+    for flag, want in (("precision", values["precision"]), ("quantize", values["quantize"]), ("layer-split", c["layerSplit"] or None),
                        ("startup-timeout", c["startupTimeout"]), ("recovery-deadline", c["recoveryDeadline"])):
         need(flag_value(cargs, flag) == want, f"coordinator --{flag} is {flag_value(cargs, flag)!r}, expected {want!r}")
     need(flag_value(wargs, "kv-budget") == (w["kvBudget"] or None), "worker --kv-budget does not follow workers.kvBudget")

@@ -193,6 +193,10 @@ def check_sizing(ctx):
     # the joined rows (engine/model/joined_kv.h) keep 640 of every 1024 values: 2.5 GiB.
     decoder = sum(sizing.LAYER_BYTES[t] for t in sizing.LAYER_TYPES)
     need(decoder == 21_801_427_040, f"decoder weights {decoder} != MODEL.md's 21,801,427,040 bytes")
+    # int8 (docs/quantization.md): the 10,899,947,520 matrix values at one byte, a bf16 scale per 32 of them,
+    # the norms (1,532,000 bytes) as stored.
+    int8 = sum(sizing.layer_bytes(t, "int8") for t in sizing.LAYER_TYPES)
+    need(int8 == 10_899_947_520 + 10_899_947_520 // 32 * 2 + 1_532_000, f"int8 decoder weights {int8}")
     need(sizing.kv_bytes(0, 48, 262144) - 40 * 1024 * 2 * 8 * 256 * 2 == (4 << 30) * 640 // 1024,
          "full-layer KV at 262,144 tokens != 2.5 GiB (MODEL.md's 4 GiB, K and V joined)")
     # PlanLayerRanges of coordinator/scheduling/planner.cc for the 12B config, as the C++ computed it when the port was
