@@ -37,7 +37,7 @@ ABSL_FLAG(int, context, -1,
 ABSL_FLAG(int, decode_tokens, 16, "decode steps measured");
 ABSL_FLAG(int, batch, 1, "sequences decoded together");
 ABSL_FLAG(std::string, precision, "bf16", "bf16 or fp32");
-ABSL_FLAG(std::string, quantize, "none", "none or int8: quantize the decoder matrices at load");
+ABSL_FLAG(std::string, quantize, "none", "none, int8 or int4: quantize the decoder matrices at load");
 ABSL_FLAG(int, threads, 0, "threads (0: all cores)");
 ABSL_FLAG(bool, huge_pages, true,
           "weights copied into huge pages at load, tiled where the bf16 kernel reads them so (false: read in place "

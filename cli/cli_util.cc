@@ -47,7 +47,7 @@ std::vector<FlagSpec> EngineFlagSpecs() {
           {"prefill-chunk", false, false, "prompt tokens per forward step (default 512)"},
           {"device", false, false, "where the layers run: cpu (default), cuda or cuda:N"},
           {"quantize", false, false,
-           "none (default) or int8: quantize every decoder layer's matrices at load (groups of 32 along k)"}};
+           "none (default), int8 or int4: quantize every decoder layer's matrices at load (groups of 32 along k)"}};
 }
 
 absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const Args& args) {

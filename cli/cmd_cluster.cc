@@ -32,7 +32,7 @@ std::vector<FlagSpec> Specs() {
       {"model", false, false, "checkpoint directory (required)"},
       {"workers", false, false, "number of worker processes (required)"},
       {"precision", false, false, "bf16 or fp32 (default: the coordinator's)"},
-      {"quantize", false, false, "none (default) or int8: every worker quantizes its decoder matrices at load"},
+      {"quantize", false, false, "none (default), int8 or int4: every worker quantizes its decoder matrices at load"},
       {"listen", false, false, "coordinator address (default 127.0.0.1:0, an ephemeral port)"},
       {"threads-per-worker", false, false, "compute threads of each worker (default: cores / workers)"},
       {"device", false, false,

@@ -12,7 +12,7 @@ ABSL_FLAG(std::string, model, "", "checkpoint directory (config.json, tokenizer.
 ABSL_FLAG(std::string, layer_split, "", "explicit ranges like 0-4,5-5,6-11, one per worker (default: balanced by cost)");
 ABSL_FLAG(layerpipe::Precision, precision, layerpipe::CoordinatorSettings().precision, "bf16 or fp32");
 ABSL_FLAG(std::string, quantize, layerpipe::CoordinatorSettings().quantize,
-          "none or int8: every worker quantizes its decoder layers' matrices at load (groups of 32 along k)");
+          "none, int8 or int4: every worker quantizes its decoder layers' matrices at load (groups of 32 along k)");
 ABSL_FLAG(int64_t, prefill_chunk, layerpipe::CoordinatorSettings().prefill_chunk, "prompt tokens per step for one sequence");
 ABSL_FLAG(int, max_batch, layerpipe::CoordinatorSettings().max_batch, "decode sequences per step");
 ABSL_FLAG(absl::Duration, recovery_deadline, layerpipe::CoordinatorSettings().recovery_deadline,

@@ -31,18 +31,22 @@ CONTEXTS = (4096, 32768, 131072, 262144)
 
 
 # Bytes of a [rows, cols] matrix by weight format: engine/model/weight_matrix.cc's format table.
-def int8_bytes(rows, cols):
-    """int8 values in groups of 16 rows, k padded to the group of 32, and a bf16 scale per row and group."""
-    rows_padded, k_padded = -(-rows // 16) * 16, -(-cols // QUANT_GROUP) * QUANT_GROUP
-    return rows_padded * k_padded + rows_padded * (k_padded // QUANT_GROUP) * BF16
+def packed_bytes(bits):
+    """Quantized values of `bits` in groups of 16 rows, k padded to the group of 32, and a bf16 scale per row
+    and group (engine/model/weight_matrix.h: PackedTiled)."""
+    def size(rows, cols):
+        rows_padded, k_padded = -(-rows // 16) * 16, -(-cols // QUANT_GROUP) * QUANT_GROUP
+        return rows_padded * k_padded * bits // 8 + rows_padded * (k_padded // QUANT_GROUP) * BF16
+    return size
 
 
 QUANT_GROUP = 32
 WEIGHT_FORMATS = {
     "bf16": lambda rows, cols: rows * cols * BF16,
-    "int8": int8_bytes,
+    "int8": packed_bytes(8),
+    "int4": packed_bytes(4),
 }
-QUANTIZE = (("none", "bf16"), ("int8", "int8"))  # --quantize value, the decoder matrices' format
+QUANTIZE = (("none", "bf16"), ("int8", "int8"), ("int4", "int4"))  # --quantize value, the decoder matrices' format
 
 
 def layer_matrices(kind):

@@ -189,6 +189,7 @@ using matmul_internal::FormatRunner;
 constexpr FormatRunner kRunners[kWeightFormatCount][kMatmulIsaCount] = {
     /* bf16 */ {matmul_internal::RunBf16Avx2, matmul_internal::RunBf16Avx512F, matmul_internal::RunBf16Avx512Bf16},
     /* int8 */ {matmul_internal::RunInt8Avx2, matmul_internal::RunInt8Avx512F, matmul_internal::RunInt8Avx512F},
+    /* int4 */ {matmul_internal::RunInt4Avx2, matmul_internal::RunInt4Avx512F, matmul_internal::RunInt4Avx512F},
 };
 
 // The ISA asked for, or the best this CPU runs below it.

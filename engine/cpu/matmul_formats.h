@@ -31,9 +31,12 @@ void RunBf16Avx2(const MatmulCall& call);
 void RunBf16Avx512F(const MatmulCall& call);
 void RunBf16Avx512Bf16(const MatmulCall& call);
 
-// The int8 format (matmul_int8.cc; kernels matmul_int8_avx2.cc, matmul_int8_avx512f.cc).
+// The quantized formats, int8 and int4 (matmul_packed.cc; kernels matmul_packed_avx2.cc,
+// matmul_packed_avx512f.cc).
 void RunInt8Avx2(const MatmulCall& call);
 void RunInt8Avx512F(const MatmulCall& call);
+void RunInt4Avx2(const MatmulCall& call);
+void RunInt4Avx512F(const MatmulCall& call);
 
 // Shared by the formats (matmul_prepare.cc).
 // Activations as fp32 rows (rounded to bf16 values if asked), zero-padded to a multiple of kPairXPad, in

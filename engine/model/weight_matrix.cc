@@ -21,6 +21,7 @@ struct FormatTraits {
   bool (*can_tile)(int64_t cols);
   void (*tile_in_place)(void* data, int64_t rows, int64_t cols);
   void (*read_row)(const WeightMatrix& m, int64_t row, float* out);
+  int bits;  // of a value
 };
 
 size_t Bf16Bytes(int64_t rows, int64_t cols) { return static_cast<size_t>(rows * cols) * sizeof(uint16_t); }
@@ -46,34 +47,49 @@ void Bf16ReadRow(const WeightMatrix& m, int64_t row, float* out) {
   }
 }
 
-size_t Int8Bytes(int64_t rows, int64_t cols) {
-  const Int8Tiled t = Int8Tiled::Of(rows, cols);
+template <int kBits>
+size_t PackedBytes(int64_t rows, int64_t cols) {
+  const PackedTiled t = PackedTiled::Of(rows, cols, kBits);
   return t.value_bytes() + t.scale_bytes();
 }
 
 bool NeverRetiled(int64_t) { return false; }
 void NoTiling(void*, int64_t, int64_t) {}
 
-void Int8ReadRow(const WeightMatrix& m, int64_t row, float* out) {
-  const Int8Tiled t = Int8Tiled::Of(m.rows, m.cols);
-  for (int64_t c = 0; c < m.cols; ++c) {
-    out[c] = static_cast<float>(m.int8()[t.ValueAt(row, c)]) * Bf16ToF32(m.scales[t.ScaleAt(row, c / kQuantGroup)]);
-  }
+void PackedReadRow(const WeightMatrix& m, int64_t row, float* out) {
+  for (int64_t c = 0; c < m.cols; ++c) out[c] = static_cast<float>(m.QuantizedValue(row, c)) * m.ScaleOf(row, c);
 }
 
 constexpr std::array<FormatTraits, kWeightFormatCount> kFormats = {{
-    {"bf16", Bf16Bytes, CanTileRows, Bf16TileInPlace, Bf16ReadRow},
-    {"int8", Int8Bytes, NeverRetiled, NoTiling, Int8ReadRow},
+    {"bf16", Bf16Bytes, CanTileRows, Bf16TileInPlace, Bf16ReadRow, 16},
+    {"int8", PackedBytes<8>, NeverRetiled, NoTiling, PackedReadRow, 8},
+    {"int4", PackedBytes<4>, NeverRetiled, NoTiling, PackedReadRow, 4},
 }};
 
 const FormatTraits& Traits(WeightFormat f) { return kFormats[static_cast<size_t>(f)]; }
 
 }  // namespace
 
-Int8Tiled Int8Tiled::Of(int64_t rows, int64_t cols) {
+PackedTiled PackedTiled::Of(int64_t rows, int64_t cols, int64_t bits) {
   auto round_up = [](int64_t v, int64_t m) { return (v + m - 1) / m * m; };
-  return Int8Tiled{round_up(rows, kInt8TileRows), round_up(cols, kQuantGroup)};
+  return PackedTiled{round_up(rows, kPackedTileRows), round_up(cols, kQuantGroup), bits};
 }
+
+int WeightMatrix::QuantizedValue(int64_t row, int64_t col) const {
+  const PackedTiled t = PackedTiled::Of(rows, cols, Traits(format).bits);
+  const int64_t at = t.ValueAt(row, col);
+  if (t.bits == 8) return int8()[at];
+  // Sign-extend the nibble: shift it to the top of a byte, then back arithmetically.
+  const int byte = static_cast<uint8_t>(int8()[at / 2]);
+  return static_cast<int8_t>(static_cast<uint8_t>((at % 2 == 0 ? byte << 4 : byte) & 0xf0)) >> 4;
+}
+
+float WeightMatrix::ScaleOf(int64_t row, int64_t col) const {
+  const PackedTiled t = PackedTiled::Of(rows, cols, Traits(format).bits);
+  return Bf16ToF32(scales[t.ScaleAt(row, col / kQuantGroup)]);
+}
+
+int WeightValueBits(WeightFormat format) { return Traits(format).bits; }
 
 std::string_view WeightFormatName(WeightFormat format) { return Traits(format).name; }
 

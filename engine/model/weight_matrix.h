@@ -19,28 +19,33 @@ namespace layerpipe {
 //  - kBf16: raw bf16 bits, the checkpoint's own dtype; row-major or tiled.
 //  - kInt8: w = q · s, q an int8 in [-127, 127], s one bf16 scale per row and group of kQuantGroup
 //    values along k (engine/model/quantize.h: the rule that makes them). Always tiled, in the order the
-//    CPU kernels read (Int8Tiled below).
-enum class WeightFormat : uint8_t { kBf16, kInt8 };
-inline constexpr int kWeightFormatCount = 2;
+//    CPU kernels read (PackedTiled below).
+//  - kInt4: the same with q a 4-bit two's complement value in [-8, 7].
+enum class WeightFormat : uint8_t { kBf16, kInt8, kInt4 };
+inline constexpr int kWeightFormatCount = 3;
 
 // Values of k that share one scale in the quantized formats.
 inline constexpr int64_t kQuantGroup = 32;
-// The int8 tiled order: rows in groups of kInt8TileRows (the last padded with zero rows), k padded with
-// zeros to a multiple of kQuantGroup; in a group, for each quad of k (4t .. 4t + 3) its rows' four
-// values back to back (byte 4·lane + i: row lane, value 4t + i), 64 bytes, one AVX-512 vector of
-// 16 rows' quads. The scales follow all the values: per row group, per group of k, its rows' 16 bf16.
-inline constexpr int64_t kInt8TileRows = 16;
-struct Int8Tiled {
-  int64_t rows_padded, k_padded;
-  static Int8Tiled Of(int64_t rows, int64_t cols);
-  size_t value_bytes() const { return static_cast<size_t>(rows_padded * k_padded); }
+// The quantized formats' tiled order, for values of `bits` (8 or 4): rows in groups of kPackedTileRows (the
+// last padded with zero rows), k padded with zeros to a multiple of kQuantGroup. A 32-bit word holds
+// one row's 32 / bits consecutive values of k (value i in bits [bits·i, bits·(i + 1)), as the QAT
+// checkpoint packs them); a group's 16 rows' words for the same values of k are one 64-byte line, one
+// AVX-512 vector. The scales follow all the values: per row group, per group of k, its rows' 16 bf16.
+inline constexpr int64_t kPackedTileRows = 16;
+struct PackedTiled {
+  int64_t rows_padded, k_padded, bits;
+  static PackedTiled Of(int64_t rows, int64_t cols, int64_t bits);
+  int64_t per_word() const { return 32 / bits; }
+  size_t value_bytes() const { return static_cast<size_t>(rows_padded * k_padded * bits / 8); }
   size_t scale_bytes() const { return static_cast<size_t>(rows_padded * (k_padded / kQuantGroup)) * 2; }
-  // Where q[row][col] and the scale of (row, group) live.
+  // Where q[row][col] lives, counted in values (bytes for int8, nibbles for int4, low nibble first), and
+  // the scale of (row, group).
   int64_t ValueAt(int64_t row, int64_t col) const {
-    return (row / kInt8TileRows * (k_padded / 4) + col / 4) * 4 * kInt8TileRows + row % kInt8TileRows * 4 + col % 4;
+    const int64_t v = per_word();
+    return (row / kPackedTileRows * (k_padded / v) + col / v) * v * kPackedTileRows + row % kPackedTileRows * v + col % v;
   }
   int64_t ScaleAt(int64_t row, int64_t group) const {
-    return (row / kInt8TileRows * (k_padded / kQuantGroup) + group) * kInt8TileRows + row % kInt8TileRows;
+    return (row / kPackedTileRows * (k_padded / kQuantGroup) + group) * kPackedTileRows + row % kPackedTileRows;
   }
 };
 
@@ -54,6 +59,9 @@ std::string KnownWeightFormats();
 // Row-major [rows, cols], or tiled: rows in groups of kTileRows, a group's pairs of k back to back
 // (engine/model/tiled_rows.h), the order every CPU kernel reads without transposing per call.
 enum class WeightLayout : uint8_t { kRowMajor, kTiled };
+
+// Bits of one stored value of `format` (scales not counted).
+int WeightValueBits(WeightFormat format);
 
 // Bytes a [rows, cols] matrix of `format` occupies, in any layout (tiling moves values, adds none).
 size_t WeightBytes(WeightFormat format, int64_t rows, int64_t cols);
@@ -78,8 +86,11 @@ struct WeightMatrix {
   size_t bytes() const { return WeightBytes(format, rows, cols); }
   // The values as bf16 bits; only for a kBf16 matrix (the caller has checked its format).
   const uint16_t* bf16() const { return static_cast<const uint16_t*>(data); }
-  // The values as int8; only for a kInt8 matrix.
+  // The values as bytes; only for a quantized matrix (int8: one value a byte; int4: two).
   const int8_t* int8() const { return static_cast<const int8_t*>(data); }
+  // The quantized value at (row, col) and its scale; only for a quantized matrix.
+  int QuantizedValue(int64_t row, int64_t col) const;
+  float ScaleOf(int64_t row, int64_t col) const;
   // "bf16 [2048, 3840] tiled", for logs and errors.
   std::string Describe() const;
 };

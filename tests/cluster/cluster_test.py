@@ -705,7 +705,7 @@ def test_quantized_weights(env):
     p = env.start([os.path.join(env.bin, "layerpipe-coordinator"), "--listen", "127.0.0.1:0", "--model", env.model,
                    "--workers", "127.0.0.1:1", "--quantize", "int3"], "coordinator_bad_quantize")
     rc = p.wait(CLIENT_TIMEOUT)
-    check(rc != 0 and '--quantize must be none or int8, got "int3"' in p.stderr_text(),
+    check(rc != 0 and '--quantize must be none, int8 or int4, got "int3"' in p.stderr_text(),
           f"coordinator --quantize int3 exited {rc}\n{p.tail()}")
     rc, _, err = env.layerpipe("cluster", "--model", env.model, "--workers", "1", "--quantize", "int3", "--",
                                "generate", "--ids", "2", "--max-new-tokens", "1")

@@ -25,7 +25,7 @@ BROKEN_VALUES = {
     "workers.replicas 0": {"workers": {"replicas": 0}},
     "workers.replicas 49 (more stages than layers)": {"workers": {"replicas": 49}},
     "precision fp16": {"precision": "fp16"},
-    "quantize int4 (not a format yet)": {"quantize": "int4"},
+    "quantize int3": {"quantize": "int3"},
     "model.source nfs": {"model": {"source": "nfs"}},
     "pvc without claimName": {"model": {"source": "pvc", "pvc": {"claimName": ""}}},
     "hostPath relative": {"model": {"source": "hostPath", "hostPath": {"path": "models"}}},

@@ -480,7 +480,22 @@ def dequantized_int8(w):
     return (q.astype(np.float64) * s.astype(np.float64)).reshape(rows, kp)[:, :cols]
 
 
-QUANTIZERS = {"int8": dequantized_int8}
+def dequantized_int4(w):
+    """q · s by the int4 rule: per row and group of 32, m the value of largest magnitude (the first of
+    them), s = bf16(m / -8), q = clamp(rint(w / s), -8, 7), a zero group s = q = 0."""
+    rows, cols = w.shape
+    kp = -(-cols // QUANT_GROUP) * QUANT_GROUP
+    padded = np.zeros((rows, kp), np.float32)
+    padded[:, :cols] = w.astype(np.float32)
+    groups = padded.reshape(rows, kp // QUANT_GROUP, QUANT_GROUP)
+    m = np.take_along_axis(groups, np.abs(groups).argmax(axis=2)[..., None], axis=2)
+    s = oracle.bf16_round(m / np.float32(-8)).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(s != 0, np.clip(np.rint(groups / s), -8, 7), 0).astype(np.float32)
+    return (q.astype(np.float64) * s.astype(np.float64)).reshape(rows, kp)[:, :cols]
+
+
+QUANTIZERS = {"int8": dequantized_int8, "int4": dequantized_int4}
 
 
 def quantized(ckpt, quantize):

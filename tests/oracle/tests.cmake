@@ -30,9 +30,11 @@ foreach(isa avx2 avx512f avx512bf16)
                        ENVIRONMENT "LAYERPIPE_MATMUL_ISA=${isa};LAYERPIPE_ASSUME_AVX512_BF16=1")
 endforeach()
 
-# Quantization at load: the text cases with `--quantize int8`, against the oracle on the weights
-# dequantized by the same rule (check_engine.py: dequantized_int8).
-add_test(NAME oracle_exactness_int8
-         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/oracle/check_engine.py --quantize int8
-                 --bin ${CMAKE_BINARY_DIR}/bin --work ${CMAKE_BINARY_DIR}/test_data/oracle_int8)
-set_tests_properties(oracle_exactness_int8 PROPERTIES TIMEOUT 300)
+# Quantization at load: the text cases with `--quantize int8` and `int4`, against the oracle on the
+# weights dequantized by the same rule (check_engine.py: dequantized_int8, dequantized_int4).
+foreach(format int8 int4)
+  add_test(NAME oracle_exactness_${format}
+           COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/oracle/check_engine.py --quantize ${format}
+                   --bin ${CMAKE_BINARY_DIR}/bin --work ${CMAKE_BINARY_DIR}/test_data/oracle_${format})
+  set_tests_properties(oracle_exactness_${format} PROPERTIES TIMEOUT 300)
+endforeach()

@@ -1,4 +1,4 @@
-// The int8 weight format: its quantization rule, its tiled layout, and its kernels, which must give
+// The quantized weight formats (int8, int4): their rules, their tiled layout, and their kernels, which must give
 // the bits of a scalar loop over the dequantized weights (one fused multiply-add chain per output over
 // k in increasing order, from +0) on every ISA, in decode and prefill, at any thread count.
 #include <gtest/gtest.h>
@@ -40,6 +40,28 @@ TEST(QuantizeInt8Test, ScaleIsTheBf16OfTheLargestMagnitudeOver127AndValuesRoundH
   EXPECT_EQ(q[0] | q[1] | q[2], 0);
 }
 
+TEST(QuantizeInt4Test, ScaleIsTheSignedLargestOverMinus8) {
+  // m = -2.0 (the largest magnitude, negative): s = bf16(-2 / -8) = 0.25, q = rint(w / 0.25) in [-8, 7].
+  const float w[] = {-2.0f, 1.75f, 0.125f, 0.375f, -0.3f, 1.0f};
+  int8_t q[6];
+  const uint16_t s = QuantizeGroupInt4(w, 6, q);
+  EXPECT_EQ(Bf16ToF32(s), 0.25f);
+  const int8_t want[] = {-8, 7, 0, 2, -1, 4};  // 0.125 / 0.25 = 0.5 rounds to 0, 0.375 / 0.25 = 1.5 to 2
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(q[i], want[i]) << i;
+  // m positive: s negative, so m itself is q = -8 and the opposite extreme clamps to 7.
+  const float pos[] = {2.0f, -2.0f, 0.5f};
+  const uint16_t s2 = QuantizeGroupInt4(pos, 3, q);
+  EXPECT_EQ(Bf16ToF32(s2), -0.25f);
+  EXPECT_EQ(q[0], -8);
+  EXPECT_EQ(q[1], 7);
+  EXPECT_EQ(q[2], -2);
+  const float zeros[2] = {0.0f, -0.0f};
+  EXPECT_EQ(Bf16ToF32(QuantizeGroupInt4(zeros, 2, q)), 0.0f);
+  EXPECT_EQ(q[0] | q[1], 0);
+}
+
+constexpr WeightFormat kQuantized[] = {WeightFormat::kInt8, WeightFormat::kInt4};
+
 struct Problem {
   int64_t m, k, n;
   std::vector<float> x;
@@ -48,7 +70,7 @@ struct Problem {
   WeightMatrix q;
 };
 
-Problem MakeProblem(int64_t m, int64_t k, int64_t n, uint32_t seed) {
+Problem MakeProblem(int64_t m, int64_t k, int64_t n, uint32_t seed, WeightFormat format) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> xd(0.0f, 1.0f), wd(0.0f, 0.05f);
   Problem p{m, k, n, std::vector<float>(m * k), std::vector<uint16_t>(n * k), {}, {}};
@@ -59,15 +81,15 @@ Problem MakeProblem(int64_t m, int64_t k, int64_t n, uint32_t seed) {
     for (int64_t c = 0; c < k; ++c) p.w[1 * k + c] = 0;
     p.w[2 * k] = F32ToBf16(3.0f);
   }
-  p.storage.resize(WeightBytes(WeightFormat::kInt8, n, k));
-  p.q = Quantize(WeightMatrix::Bf16(p.w.data(), n, k), WeightFormat::kInt8, p.storage.data());
+  p.storage.resize(WeightBytes(format, n, k));
+  p.q = Quantize(WeightMatrix::Bf16(p.w.data(), n, k), format, p.storage.data());
   return p;
 }
 
 // The scalar loop the kernels must equal, bit for bit: the dequantized weights read back by
 // ReadRowF32, x rounded to bf16 values in bf16 mode, k padded to the group with +0 products.
 std::vector<float> Reference(const Problem& p, bool x_as_bf16) {
-  const int64_t kp = Int8Tiled::Of(p.n, p.k).k_padded;
+  const int64_t kp = PackedTiled::Of(p.n, p.k, WeightValueBits(p.q.format)).k_padded;
   std::vector<float> y(p.m * p.n), row(p.k);
   for (int64_t j = 0; j < p.n; ++j) {
     ReadRowF32(p.q, j, row.data());
@@ -91,39 +113,62 @@ void ExpectSameBits(const std::vector<float>& got, const std::vector<float>& wan
   }
 }
 
-// Each weight reads back as exactly q · s, within half a step of the bf16 value it came from.
-TEST(MatmulInt8Test, WeightsDequantizeToQTimesS) {
-  const Problem p = MakeProblem(1, 70, 19, 3);
-  EXPECT_EQ(p.q.format, WeightFormat::kInt8);
-  EXPECT_TRUE(p.q.tiled());
-  const Int8Tiled t = Int8Tiled::Of(19, 70);
-  EXPECT_EQ(t.rows_padded, 32);
-  EXPECT_EQ(t.k_padded, 96);
-  EXPECT_EQ(p.q.bytes(), size_t{32 * 96 + 32 * 3 * 2});
-  std::vector<float> row(70);
-  for (int64_t r = 0; r < 19; ++r) {
-    ReadRowF32(p.q, r, row.data());
-    for (int64_t c = 0; c < 70; ++c) {
-      const float s = Bf16ToF32(p.q.scales[t.ScaleAt(r, c / kQuantGroup)]);
-      const int8_t q = p.q.int8()[t.ValueAt(r, c)];
-      ASSERT_EQ(row[c], static_cast<float>(q) * s);
-      ASSERT_LE(std::fabs(row[c] - Bf16ToF32(p.w[r * 70 + c])), s / 2) << r << ", " << c;
+// Each weight reads back as exactly q · s, within half a step of the bf16 value it came from (a step where
+// it clamps), q in the format's range; the rows and k are padded to the tiled layout's.
+TEST(MatmulQuantizedTest, WeightsDequantizeToQTimesS) {
+  for (WeightFormat f : kQuantized) {
+    const Problem p = MakeProblem(1, 70, 19, 3, f);
+    EXPECT_EQ(p.q.format, f);
+    EXPECT_TRUE(p.q.tiled());
+    const int bits = WeightValueBits(f);
+    const PackedTiled t = PackedTiled::Of(19, 70, bits);
+    EXPECT_EQ(t.rows_padded, 32);
+    EXPECT_EQ(t.k_padded, 96);
+    EXPECT_EQ(p.q.bytes(), size_t{32 * 96 * static_cast<size_t>(bits) / 8 + 32 * 3 * 2});
+    const int lo = f == WeightFormat::kInt8 ? -127 : -8, hi = f == WeightFormat::kInt8 ? 127 : 7;
+    std::vector<float> row(70);
+    for (int64_t r = 0; r < 19; ++r) {
+      ReadRowF32(p.q, r, row.data());
+      for (int64_t c = 0; c < 70; ++c) {
+        const float s = p.q.ScaleOf(r, c);
+        const int q = p.q.QuantizedValue(r, c);
+        ASSERT_GE(q, lo);
+        ASSERT_LE(q, hi);
+        ASSERT_EQ(row[c], static_cast<float>(q) * s);
+        // Half a step, or a whole one where int4's grid clamps (the group's extreme of the other sign).
+        const float step = q == lo || q == hi ? std::fabs(s) : std::fabs(s) / 2;
+        ASSERT_LE(std::fabs(row[c] - Bf16ToF32(p.w[r * 70 + c])), step) << WeightFormatName(f) << " " << r << ", " << c;
+      }
     }
   }
 }
 
-TEST(MatmulInt8Test, EveryIsaGivesTheBitsOfTheScalarLoop) {
+// The int4 words hold a row's 8 consecutive values of k, value i in bits 4i .. 4i + 3 (the QAT packing).
+TEST(MatmulQuantizedTest, Int4WordsHoldEightValuesLowNibbleFirst) {
+  const Problem p = MakeProblem(1, 32, 16, 5, WeightFormat::kInt4);
+  const auto* words = reinterpret_cast<const uint32_t*>(p.q.data);
+  for (int64_t r = 0; r < 16; ++r) {
+    for (int64_t c = 0; c < 32; ++c) {
+      const uint32_t word = words[(c / 8) * 16 + r];
+      const int nibble = static_cast<int>((word >> (4 * (c % 8))) & 0xf);
+      ASSERT_EQ(nibble >= 8 ? nibble - 16 : nibble, p.q.QuantizedValue(r, c)) << r << ", " << c;
+    }
+  }
+}
+
+TEST(MatmulQuantizedTest, EveryIsaGivesTheBitsOfTheScalarLoop) {
   ThreadPool pool(2);
+  for (WeightFormat f : kQuantized)
   for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17}) {
     for (int64_t n : {1, 15, 16, 17, 48, 50, 100}) {
       for (int64_t k : {32, 40, 96, 300, 600}) {
-        const Problem p = MakeProblem(m, k, n, static_cast<uint32_t>(m * 1000 + n * 10 + k));
+        const Problem p = MakeProblem(m, k, n, static_cast<uint32_t>(m * 1000 + n * 10 + k), f);
         for (bool x_as_bf16 : {false, true}) {
           const std::vector<float> want = Reference(p, x_as_bf16);
           for (MatmulIsa isa : RunnableIsas()) {
             std::vector<float> y(m * n, std::nanf(""));
             MatmulWithIsa(isa, p.x.data(), m, p.q, y.data(), pool, x_as_bf16);
-            ExpectSameBits(y, want, std::string(MatmulIsaName(isa)) + " m=" + std::to_string(m) + " n=" +
+            ExpectSameBits(y, want, std::string(WeightFormatName(f)) + " " + std::string(MatmulIsaName(isa)) + " m=" + std::to_string(m) + " n=" +
                                         std::to_string(n) + " k=" + std::to_string(k) + (x_as_bf16 ? " bf16" : " fp32"));
           }
         }
@@ -134,10 +179,11 @@ TEST(MatmulInt8Test, EveryIsaGivesTheBitsOfTheScalarLoop) {
 
 // A row's result does not depend on the rows beside it (decode tiles up to 4 rows, the block path
 // beyond), nor on the thread count, on a 12B-sized width split among threads.
-TEST(MatmulInt8Test, RowResultsIndependentOfBatchAndThreads) {
-  const Problem p = MakeProblem(13, 3840, 256, 11);
+TEST(MatmulQuantizedTest, RowResultsIndependentOfBatchAndThreads) {
   ThreadPool one(1), two(2);
+  for (WeightFormat f : kQuantized)
   for (MatmulIsa isa : RunnableIsas()) {
+    const Problem p = MakeProblem(13, 3840, 256, 11, f);
     std::vector<float> all(13 * 256), all_one(13 * 256), single(256);
     MatmulWithIsa(isa, p.x.data(), 13, p.q, all.data(), two, true);
     MatmulWithIsa(isa, p.x.data(), 13, p.q, all_one.data(), one, true);
@@ -150,9 +196,11 @@ TEST(MatmulInt8Test, RowResultsIndependentOfBatchAndThreads) {
   }
 }
 
-TEST(MatmulInt8Test, QuantizationNamesItsFormats) {
+TEST(MatmulQuantizedTest, QuantizationNamesItsFormats) {
   EXPECT_EQ(*ParseQuantization("none"), WeightFormat::kBf16);
   EXPECT_EQ(*ParseQuantization("int8"), WeightFormat::kInt8);
+  EXPECT_EQ(*ParseQuantization("int4"), WeightFormat::kInt4);
+  EXPECT_EQ(WeightFormatName(WeightFormat::kInt4), "int4");
   auto bad = ParseQuantization("int3");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("\"int3\""), std::string::npos) << bad.status();

@@ -1,15 +1,15 @@
-// The int8 weight format on AVX2 registers (8 fp32 lanes: a row group of 16 is two vectors). The loops
-// are matmul_int8_kernel.h's; this file gives the operations.
+// The quantized formats (int8, int4) on AVX2 registers (8 fp32 lanes: a row group of 16 is two vectors). The loops
+// are matmul_packed_kernel.h's; this file gives the operations.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
 
-#include "engine/cpu/matmul_int8.h"
+#include "engine/cpu/matmul_packed.h"
 #include "engine/cpu/matmul_kernels.h"
 #include "engine/cpu/tile_table.h"
 
-#define LP_INT8_TARGET
+#define LP_PACKED_TARGET
 
 namespace layerpipe::matmul_internal {
 namespace {
@@ -20,10 +20,10 @@ struct Vec {
   using I = __m256i;
   static F Zero() { return _mm256_setzero_ps(); }
   static I LoadRaw(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-  // Byte kI of each 32-bit lane, sign-extended by a shift to the top and an arithmetic shift back.
-  template <int kI>
-  static F Byte(I raw) {
-    return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(raw, 24 - 8 * kI), 24));
+  // Value kI of kBits of each 32-bit lane, sign-extended by a shift to the top and an arithmetic shift back.
+  template <int kBits, int kI>
+  static F Value(I raw) {
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(raw, 32 - kBits * (kI + 1)), 32 - kBits));
   }
   static F Scales(const uint16_t* s) {
     const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
@@ -51,10 +51,11 @@ struct Vec {
 constexpr int kDecodeRows = 4, kDecodeGroups = 1;
 constexpr int kBlockRows = 6, kBlockGroups = 1;
 
-#include "engine/cpu/matmul_int8_kernel.h"
+#include "engine/cpu/matmul_packed_kernel.h"
 
 }  // namespace
 
-void Int8Avx2Columns(const Int8Problem& p, int64_t j_begin, int64_t j_end) { Int8Columns(p, j_begin, j_end); }
+void Int8Avx2Columns(const PackedProblem& p, int64_t j_begin, int64_t j_end) { PackedColumns<8>(p, j_begin, j_end); }
+void Int4Avx2Columns(const PackedProblem& p, int64_t j_begin, int64_t j_end) { PackedColumns<4>(p, j_begin, j_end); }
 
 }  // namespace layerpipe::matmul_internal
