@@ -22,6 +22,19 @@ constexpr const char* kPrefixes[] = {"model.language_model.", "model."};
 
 std::string LayerName(int layer, const char* suffix) { return absl::StrCat("layers.", layer, ".", suffix); }
 
+// A decoder layer's projection matrices (what WeightLoadOptions::quantize quantizes), v_proj included
+// (absent on k_eq_v full layers).
+constexpr const char* kLayerProjections[] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                             "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                                             "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+                                             "mlp.down_proj.weight"};
+
+// The same matrices of a loaded layer, in that order.
+template <typename Layer>  // LayerWeights or const LayerWeights
+auto Projections(Layer& L) {
+  return std::array{&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj};
+}
+
 // Names (without prefix) of every text tensor the selection needs.
 std::vector<std::string> NeededNames(const ModelConfig& c, const WeightSelection& sel) {
   std::vector<std::string> names;
@@ -30,12 +43,12 @@ std::vector<std::string> NeededNames(const ModelConfig& c, const WeightSelection
   for (int l = sel.layer_begin; l < sel.layer_end; ++l) {
     for (const char* s : {"input_layernorm.weight", "post_attention_layernorm.weight",
                           "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight", "layer_scalar",
-                          "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-                          "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.o_proj.weight",
                           "self_attn.q_norm.weight", "self_attn.k_norm.weight"}) {
       names.push_back(LayerName(l, s));
     }
-    if (c.HasVProj(l)) names.push_back(LayerName(l, "self_attn.v_proj.weight"));
+    for (const char* s : kLayerProjections) {
+      if (std::string_view(s) != "self_attn.v_proj.weight" || c.HasVProj(l)) names.push_back(LayerName(l, s));
+    }
   }
   return names;
 }
@@ -169,11 +182,12 @@ bool IsLayerProjection(std::string_view name) {
     if (name.rfind(p, 0) == 0) name.remove_prefix(std::strlen(p));
   }
   if (name.rfind("layers.", 0) != 0) return false;
-  for (const char* s : {".self_attn.q_proj.weight", ".self_attn.k_proj.weight", ".self_attn.v_proj.weight",
-                        ".self_attn.o_proj.weight", ".mlp.gate_proj.weight", ".mlp.up_proj.weight",
-                        ".mlp.down_proj.weight"}) {
+  for (const char* s : kLayerProjections) {
     const std::string_view suffix = s;
-    if (name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix) return true;
+    if (name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix &&
+        name[name.size() - suffix.size() - 1] == '.') {
+      return true;
+    }
   }
   return false;
 }
@@ -303,7 +317,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
       tiled_bytes += m->bytes();
     };
     for (LayerWeights& L : w->layers_) {
-      for (WeightMatrix* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) tile(m);
+      for (WeightMatrix* m : Projections(L)) tile(m);
     }
     // The tied head is decode's largest read; row-major, the kernel would transpose it for every token.
     // Token lookups read its rows back (ReadRowF32).
@@ -345,9 +359,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
 std::vector<const WeightMatrix*> ModelWeights::Matrices() const {
   std::vector<const WeightMatrix*> all;
   for (const LayerWeights& L : layers_) {
-    for (const WeightMatrix* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
-      all.push_back(m);
-    }
+    for (const WeightMatrix* m : Projections(L)) all.push_back(m);
   }
   all.push_back(&embed_);
   if (vision_) {
@@ -374,7 +386,7 @@ std::string ModelWeights::MatrixFormatSummary() const {
 size_t ModelWeights::LayerMatrixBytes(int l) const {
   const LayerWeights& L = layer(l);
   size_t b = 0;
-  for (const WeightMatrix* m : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.gate_proj, &L.up_proj, &L.down_proj}) {
+  for (const WeightMatrix* m : Projections(L)) {
     if (!m->empty()) b += m->bytes();
   }
   return b;
