@@ -38,6 +38,7 @@ ABSL_FLAG(int, decode_tokens, 16, "decode steps measured");
 ABSL_FLAG(int, batch, 1, "sequences decoded together");
 ABSL_FLAG(std::string, precision, "bf16", "bf16 or fp32");
 ABSL_FLAG(std::string, quantize, "none", "none, int8 or int4: quantize the decoder matrices at load");
+ABSL_FLAG(std::string, quantize_head, "none", "none or int8: quantize the embedding / tied head at load");
 ABSL_FLAG(int, threads, 0, "threads (0: all cores)");
 ABSL_FLAG(bool, huge_pages, true,
           "weights copied into huge pages at load, tiled where the bf16 kernel reads them so (false: read in place "
@@ -95,6 +96,12 @@ int Bench(const std::string& dir, const std::string& label) {
     return 2;
   }
   o.quantize = *quantize;
+  auto quantize_head = ParseHeadQuantization(absl::GetFlag(FLAGS_quantize_head));
+  if (!quantize_head.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(quantize_head.status().message()).c_str());
+    return 2;
+  }
+  o.quantize_head = *quantize_head;
   o.threads = absl::GetFlag(FLAGS_threads);
   o.prefill_chunk = chunk > 0 ? chunk : std::max({n, context, 1});
   o.huge_pages = absl::GetFlag(FLAGS_huge_pages);
@@ -199,7 +206,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", std::string(dir.status().message()).c_str());
       return 1;
     }
-    if (int rc = Bench(*dir, "12B shapes, " + std::to_string(layers) + " layers (" + absl::GetFlag(FLAGS_precision) + (absl::GetFlag(FLAGS_quantize) == "none" ? "" : ", " + absl::GetFlag(FLAGS_quantize)) + ")");
+    if (int rc = Bench(*dir, "12B shapes, " + std::to_string(layers) + " layers (" + absl::GetFlag(FLAGS_precision) + (absl::GetFlag(FLAGS_quantize) == "none" ? "" : ", " + absl::GetFlag(FLAGS_quantize)) + (absl::GetFlag(FLAGS_quantize_head) == "none" ? "" : ", head " + absl::GetFlag(FLAGS_quantize_head)) + ")");
         rc != 0)
       return rc;
   }

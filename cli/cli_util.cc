@@ -47,7 +47,9 @@ std::vector<FlagSpec> EngineFlagSpecs() {
           {"prefill-chunk", false, false, "prompt tokens per forward step (default 512)"},
           {"device", false, false, "where the layers run: cpu (default), cuda or cuda:N"},
           {"quantize", false, false,
-           "none (default), int8 or int4: quantize every decoder layer's matrices at load (groups of 32 along k)"}};
+           "none (default), int8 or int4: quantize every decoder layer's matrices at load (groups of 32 along k)"},
+          {"quantize-head", false, false,
+           "none (default) or int8: quantize the embedding / tied head at load too (the int8 rule)"}};
 }
 
 absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const Args& args) {
@@ -67,6 +69,9 @@ absl::StatusOr<EngineOptions> EngineOptionsFromArgs(const Args& args) {
   auto quantize = ParseQuantization(args.StringOr("quantize", "none"));
   if (!quantize.ok()) return quantize.status();
   o.quantize = *quantize;
+  auto quantize_head = ParseHeadQuantization(args.StringOr("quantize-head", "none"));
+  if (!quantize_head.ok()) return quantize_head.status();
+  o.quantize_head = *quantize_head;
   auto device = ParseDevice(args.StringOr("device", "cpu"));
   if (!device.ok()) return absl::InvalidArgumentError(absl::StrCat("--device: ", device.status().message()));
   auto maker = BackendMakerFor(*device);

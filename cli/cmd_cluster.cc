@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,7 @@ std::vector<FlagSpec> Specs() {
       {"workers", false, false, "number of worker processes (required)"},
       {"precision", false, false, "bf16 or fp32 (default: the coordinator's)"},
       {"quantize", false, false, "none (default), int8 or int4: every worker quantizes its decoder matrices at load"},
+      {"quantize-head", false, false, "none (default) or int8: and the embedding / tied head (the int8 rule)"},
       {"listen", false, false, "coordinator address (default 127.0.0.1:0, an ephemeral port)"},
       {"threads-per-worker", false, false, "compute threads of each worker (default: cores / workers)"},
       {"device", false, false,
@@ -41,7 +43,9 @@ std::vector<FlagSpec> Specs() {
       {"layer-split", false, false, "layer ranges per worker, e.g. 0-4,5-5 (default: the coordinator's)"},
       {"startup-timeout", false, false, "seconds to wait for the cluster to serve (default 600)"},
       {"http-listen", false, false, "also serve the OpenAI-compatible HTTP API on HOST:PORT (docs/http.md)"},
-      {"state-dir", false, false, "keep jobs in this directory, so that they survive a restart"},
+      {"state-dir", false, false,
+       "keep jobs in this directory, so that they survive a restart (default: the coordinator's, "
+       "$LAYERPIPE_STATE_DIR else ~/.local/state/layerpipe; '' keeps them in memory)"},
   };
 }
 
@@ -52,7 +56,8 @@ constexpr const char* kUsageTail =
 struct Config {
   std::string model;
   int workers = 0;
-  std::string precision, quantize, listen, layer_split, http_listen, state_dir;
+  std::string precision, quantize, quantize_head, listen, layer_split, http_listen;
+  std::optional<std::string> state_dir;  // unset: the coordinator's default
   int threads_per_worker = 0;
   std::vector<std::string> devices;  // one per worker
   Clock::duration startup_timeout{};
@@ -76,8 +81,10 @@ absl::StatusOr<Config> ConfigFromArgs(const Args& args, std::vector<std::string>
   c.layer_split = args.StringOr("layer-split", "");
   c.quantize = args.StringOr("quantize", "none");
   if (auto q = ParseQuantization(c.quantize); !q.ok()) return q.status();
+  c.quantize_head = args.StringOr("quantize-head", "none");
+  if (auto q = ParseHeadQuantization(c.quantize_head); !q.ok()) return q.status();
   c.http_listen = args.StringOr("http-listen", "");
-  c.state_dir = args.StringOr("state-dir", "");
+  if (args.Has("state-dir")) c.state_dir = args.StringOr("state-dir", "");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto threads = args.Int("threads-per-worker", std::max(1, cores / c.workers));
   if (!threads.ok()) return threads.status();
@@ -188,10 +195,10 @@ class Supervisor {
                                            "--workers", absl::StrJoin(addresses, ",")};
           // absl spells flags with underscores; the dashed spelling is only an alias where a binary adds it.
           if (!config_.layer_split.empty()) argv.insert(argv.end(), {"--layer-split", config_.layer_split});
-          argv.insert(argv.end(), {"--quantize", config_.quantize});
+          argv.insert(argv.end(), {"--quantize", config_.quantize, "--quantize_head", config_.quantize_head});
           if (!config_.precision.empty()) argv.insert(argv.end(), {"--precision", config_.precision});
           if (!config_.http_listen.empty()) argv.insert(argv.end(), {"--http_listen", config_.http_listen});
-          if (!config_.state_dir.empty()) argv.insert(argv.end(), {"--state_dir", config_.state_dir});
+          if (config_.state_dir) argv.push_back("--state_dir=" + *config_.state_dir);
           auto c = ChildProcess::Start("coordinator", *coordinator_bin, argv, server_options);
           if (!c.ok()) return Fail("cluster", c.status());
           coordinator_ = *std::move(c);

@@ -24,7 +24,8 @@ constexpr const char* kUsage =
     "  get     --job ID: state, progress and the ids and text so far, as JSON\n"
     "  stream  --job ID [--offset K] [--print-ids]: stream its text from token K, live until it ends\n"
     "  cancel  --job ID: cancel it; prints its state as JSON\n"
-    "  list    one JSON line per job\n";
+    "  list    [--state S] [--page-size N] [--page-token T | --all]: one JSON line per job, newest first,\n"
+    "          a page at a time (100); the next page's --page-token goes to stderr\n";
 
 const FlagSpec kCoordinator = {"coordinator", false, false, "coordinator address HOST:PORT"};
 const FlagSpec kJob = {"job", false, false, "job id (from job submit or job list)"};
@@ -127,13 +128,39 @@ int Cancel(const std::string& cmd, const Args& args) {
 }
 
 int List(const std::string& cmd, const Args& args) {
-  grpc::ClientContext context;
-  v1::ListJobsResponse resp;
+  v1::ListJobsRequest req;
+  auto size = args.Int("page-size", 0);
+  if (!size.ok()) return Fail(cmd, size.status());
+  req.set_page_size(static_cast<int32_t>(*size));
+  req.set_page_token(args.StringOr("page-token", ""));
+  if (args.Has("state")) {
+    // "decoding" -> JOB_DECODING, the names `list` prints.
+    v1::JobState state;
+    const std::string name = args.StringOr("state", "");
+    if (!v1::JobState_Parse("JOB_" + absl::AsciiStrToUpper(name), &state) || state == v1::JOB_STATE_UNSPECIFIED) {
+      return Fail(cmd, absl::InvalidArgumentError(absl::StrCat(
+                           "--state must be queued, prefilling, decoding, succeeded, failed or cancelled, not \"", name, "\"")));
+    }
+    req.set_state(state);
+  }
+  const bool all = args.Has("all");
+  if (all && !req.page_token().empty()) {
+    return Fail(cmd, absl::InvalidArgumentError("--all starts from the newest job: it takes no --page-token"));
+  }
   auto stub = ConnectCoordinator(args);
   if (!stub.ok()) return Fail(cmd, stub.status());
-  if (auto st = FromGrpc((*stub)->ListJobs(&context, v1::ListJobsRequest(), &resp)); !st.ok()) return Fail(cmd, st);
-  for (const v1::JobInfo& info : resp.jobs()) PrintJson(JobJson(info, /*with_output=*/false));
-  return 0;
+  for (;;) {
+    grpc::ClientContext context;
+    v1::ListJobsResponse resp;
+    if (auto st = FromGrpc((*stub)->ListJobs(&context, req, &resp)); !st.ok()) return Fail(cmd, st);
+    for (const v1::JobInfo& info : resp.jobs()) PrintJson(JobJson(info, /*with_output=*/false));
+    if (resp.next_page_token().empty()) return 0;
+    if (!all) {
+      std::fprintf(stderr, "more jobs: --page-token %s\n", resp.next_page_token().c_str());
+      return 0;
+    }
+    req.set_page_token(resp.next_page_token());
+  }
 }
 
 }  // namespace
@@ -161,7 +188,11 @@ int RunJob(const std::vector<std::string>& argv) {
     specs = {kCoordinator, kJob};
     run = Cancel;
   } else if (action == "list") {
-    specs = {kCoordinator};
+    specs = {kCoordinator,
+             {"state", false, false, "only jobs in this state (queued, prefilling, decoding, succeeded, failed, cancelled)"},
+             {"page-size", false, false, "jobs per page (default 100, at most 1000)"},
+             {"page-token", false, false, "the page after the one that printed it"},
+             {"all", true, false, "follow every page to the oldest job"}};
     run = List;
   } else {
     std::fprintf(stderr, "layerpipe job: unknown action \"%s\"\n%s", action.c_str(), kUsage);

@@ -19,7 +19,7 @@ std::vector<FlagSpec> Specs() {
       {"head-dim", false, false, "sliding-layer head size (default 256)"},
       {"kv-heads", false, false, "sliding-layer KV heads (default 8)"},
       {"global-head-dim", false, false, "full-layer head size (default 512)"},
-      {"global-kv-heads", false, false, "full-layer KV heads (default 1)"},
+      {"global-kv-heads", false, false, "full-layer KV heads with --k-eq-v (default 1; without it full layers have --kv-heads)"},
       {"window", false, false, "sliding window (default 1024)"},
       {"full-period", false, false, "a full layer every P layers, at i % P == P-1 (default 6)"},
       {"layer-types", false, false, "explicit layer types, e.g. s,s,f (overrides --full-period)"},
@@ -34,6 +34,8 @@ std::vector<FlagSpec> Specs() {
       {"text-only", true, false,
        "leave out the vision embedder and audio projection (written by default when --vocab holds their ids)"},
       {"tokenizer", false, false, "tokenizer.json to copy into the checkpoint"},
+      {"quantization", false, false,
+       "none (bf16, default) or w4a16: decoder Linears packed int4 as Google's QAT checkpoint ships them"},
   };
 }
 
@@ -83,6 +85,9 @@ int Run(const Args& args) {
   o.flat_config = args.Has("flat-config");
   o.text_only = args.Has("text-only");
   o.tokenizer_json = args.StringOr("tokenizer", "");
+  if (auto st = ParseCheckpointQuantizationFlag(args.StringOr("quantization", "none"), &o); !st.ok()) {
+    return Fail(cmd, st);
+  }
   if (args.Has("layer-types")) {
     for (absl::string_view t : absl::StrSplit(*args.String("layer-types"), ',')) {
       if (t == "s" || t == "sliding" || t == "sliding_attention") {

@@ -18,7 +18,7 @@ constexpr const char* kNotRemote = "is not used with --coordinator (the cluster 
 
 int RunRemoteGenerate(const Args& args) {
   const std::string cmd = "generate";
-  if (auto st = RejectFlags(args, {"model", "tokenizer", "precision", "threads", "prefill-chunk", "quantize"}, kNotRemote);
+  if (auto st = RejectFlags(args, {"model", "tokenizer", "precision", "threads", "prefill-chunk", "quantize", "quantize-head"}, kNotRemote);
       !st.ok()) {
     return Fail(cmd, st);
   }
@@ -36,7 +36,7 @@ int RunRemoteGenerate(const Args& args) {
 
 int RunRemoteScore(const Args& args) {
   const std::string cmd = "score";
-  if (auto st = RejectFlags(args, {"model", "precision", "threads", "prefill-chunk", "quantize"}, kNotRemote); !st.ok()) {
+  if (auto st = RejectFlags(args, {"model", "precision", "threads", "prefill-chunk", "quantize", "quantize-head"}, kNotRemote); !st.ok()) {
     return Fail(cmd, st);
   }
   if (args.Has("ids") == args.Has("text")) {

@@ -1,6 +1,7 @@
 #include "coordinator/api_service.h"
 
 #include "common/grpc_status.h"
+#include "coordinator/jobs/job_listing.h"
 
 namespace layerpipe {
 
@@ -80,11 +81,15 @@ grpc::Status LayerPipeService::CancelJob(grpc::ServerContext* ctx, const v1::Can
   return grpc::Status::OK;
 }
 
-grpc::Status LayerPipeService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest*,
+grpc::Status LayerPipeService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                                         v1::ListJobsResponse* resp) {
   auto pass = Admit(*ctx);
   if (!pass.ok()) return ToGrpc(pass.status());
-  for (auto& r : api_->VisibleJobs(*pass)) ClientApi::FillJobInfo(*r, false, resp->add_jobs());
+  auto page = ParseJobPage(req->page_size(), req->page_token(), req->state());
+  if (!page.ok()) return ToGrpc(api_->Refused(page.status()));
+  auto listing = api_->ListJobs(*pass, *page);
+  if (!listing.ok()) return ToGrpc(listing.status());
+  *resp = *std::move(listing);
   return grpc::Status::OK;
 }
 

@@ -435,25 +435,60 @@ absl::StatusOr<std::shared_ptr<Request>> ClientApi::SubmitJob(const v1::Generate
 }
 
 void ClientApi::EnableJobs(JobStore* store, JobJournalOptions options) {
-  journal_ = std::make_unique<JobJournal>(store, options, [this](absl::Time cutoff) { ExpireJobs(cutoff); });
+  journal_ = std::make_unique<JobJournal>(
+      store, options, [this](absl::Time cutoff) { ExpireJobs(cutoff); },
+      [this](const std::shared_ptr<Request>& job) { Retire(job); });
 }
 
 absl::Status ClientApi::StartJobs() {
   if (!journal_) return absl::FailedPreconditionError("StartJobs before EnableJobs");
   if (JobStore* store = journal_->store(); store != nullptr) {
-    auto stored = store->LoadAll();
+    // The finished jobs stay in the store: FindJob and ListJobs read them there.
+    auto stored = store->LoadUnfinished();
     if (!stored.ok()) return stored.status();
     int64_t resumed = 0;
     for (const StoredJob& job : *stored) {
       std::shared_ptr<Request> r = Restore(job);
-      resumed += r->done() ? 0 : 1;
       std::lock_guard<std::mutex> lock(jobs_mu_);
-      jobs_[job.job_id] = std::move(r);
+      if (r->done()) {
+        // Its stored tokens had ended it, or it could not be rebuilt: Restore recorded the end.
+        finished_.Put(job.job_id, r, CachedBytes(*r));
+      } else {
+        ++resumed;
+        jobs_[job.job_id] = std::move(r);
+      }
     }
-    LP_LOG(INFO) << "restored " << stored->size() << " jobs, " << resumed << " of them resumed";
+    LP_LOG(INFO) << "resumed " << resumed << " unfinished jobs (" << stored->size() - resumed
+                 << " more had ended unrecorded)";
   }
   journal_->Start();
   return absl::OkStatus();
+}
+
+void ClientApi::Retire(const std::shared_ptr<Request>& job) {
+  std::lock_guard<std::mutex> lock(jobs_mu_);
+  jobs_.erase(job->job_id);
+  finished_.Put(job->job_id, job, CachedBytes(*job));
+}
+
+int64_t ClientApi::CachedBytes(const Request& job) {
+  int64_t bytes = static_cast<int64_t>(sizeof(Request) + job.prompt.size() * sizeof(int32_t) +
+                                       job.generated.size() * sizeof(int32_t));
+  // A decoded image is most of a multimodal job (768x768 RGB: 1.7 MB), kept for replays.
+  if (job.media != nullptr) {
+    for (const RgbImage& image : job.media->images()) bytes += static_cast<int64_t>(image.rgb.size());
+    for (const std::vector<float>& audio : job.media->audios()) bytes += static_cast<int64_t>(audio.size() * sizeof(float));
+  }
+  job.events.Read([&](const RequestView& v) {
+    bytes += static_cast<int64_t>(v.tokens.size() * sizeof(v1::TokenInfo) + v.final_text.size());
+    for (const std::string& piece : v.pieces) bytes += static_cast<int64_t>(piece.size() + sizeof(std::string));
+  });
+  return bytes;
+}
+
+std::shared_ptr<Request> ClientApi::InMemory(const std::string& id) {
+  if (auto it = jobs_.find(id); it != jobs_.end()) return it->second;
+  return finished_.Get(id).value_or(nullptr);
 }
 
 std::shared_ptr<Request> ClientApi::Restore(const StoredJob& stored) {
@@ -530,12 +565,14 @@ std::shared_ptr<Request> ClientApi::Restore(const StoredJob& stored) {
 
 void ClientApi::ExpireJobs(absl::Time cutoff) {
   const auto cutoff_steady = JobJournal::SteadyOf(absl::ToUnixMillis(cutoff));
+  auto expired = [&](const std::shared_ptr<Request>& r) {
+    bool old = false;
+    r->events.Read([&](const RequestView& v) { old = v.done() && v.finished && *v.finished < cutoff_steady; });
+    return old;
+  };
   std::lock_guard<std::mutex> lock(jobs_mu_);
-  for (auto it = jobs_.begin(); it != jobs_.end();) {
-    bool expired = false;
-    it->second->events.Read([&](const RequestView& v) { expired = v.done() && v.finished && *v.finished < cutoff_steady; });
-    it = expired ? jobs_.erase(it) : std::next(it);
-  }
+  for (auto it = jobs_.begin(); it != jobs_.end();) it = expired(it->second) ? jobs_.erase(it) : std::next(it);
+  finished_.EraseIf(expired);
 }
 
 std::string ClientApi::OwnerOf(const ClientGate::Pass& pass) const {
@@ -547,12 +584,28 @@ bool ClientApi::MaySee(const Request& job, const ClientGate::Pass& pass) const {
 }
 
 absl::StatusOr<std::shared_ptr<Request>> ClientApi::FindJob(const std::string& id, const ClientGate::Pass& pass) {
-  std::lock_guard<std::mutex> lock(jobs_mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end() || !MaySee(*it->second, pass)) {
-    return absl::NotFoundError(absl::StrCat("unknown job id \"", id, "\""));
+  const absl::Status unknown = absl::NotFoundError(absl::StrCat("unknown job id \"", id, "\""));
+  std::shared_ptr<Request> job;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    job = InMemory(id);
   }
-  return it->second;
+  JobStore* store = journal_ ? journal_->store() : nullptr;
+  if (job == nullptr && store != nullptr) {
+    // Read outside the lock: a slow disk holds up this call, not every other job's.
+    absl::StatusOr<StoredJob> stored = store->LoadJob(id);
+    if (absl::IsNotFound(stored.status())) return unknown;
+    if (!stored.ok()) return stored.status();
+    if (!IsFinal(stored->state)) {
+      // Every unfinished job runs in memory until its end is recorded.
+      return absl::InternalError(absl::StrCat("job \"", id, "\" is unfinished in the store but not running"));
+    }
+    job = Restore(*stored);
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    finished_.Put(id, job, CachedBytes(*job));
+  }
+  if (job == nullptr || !MaySee(*job, pass)) return unknown;
+  return job;
 }
 
 absl::Status ClientApi::CheckStreamOffset(const Request& job, int64_t offset) const {
@@ -573,17 +626,77 @@ absl::Status ClientApi::CheckStreamOffset(const Request& job, int64_t offset) co
   return absl::OkStatus();
 }
 
-std::vector<std::shared_ptr<Request>> ClientApi::VisibleJobs(const ClientGate::Pass& pass) {
-  std::vector<std::shared_ptr<Request>> jobs;
-  {
-    std::lock_guard<std::mutex> lock(jobs_mu_);
-    for (auto& [id, r] : jobs_) {
-      if (MaySee(*r, pass)) jobs.push_back(r);
+absl::StatusOr<v1::ListJobsResponse> ClientApi::ListJobs(const ClientGate::Pass& pass, const JobPage& page) {
+  v1::ListJobsResponse out;
+  const bool every_owner = !gate_ || !gate_->authenticates() || gate_->IsAdmin(pass.client());
+  auto wanted = [&](const v1::JobInfo& info) {
+    return page.state == v1::JOB_STATE_UNSPECIFIED || info.state() == page.state;
+  };
+  int64_t last_seq = 0;
+  bool more = false;
+  JobStore* store = journal_ ? journal_->store() : nullptr;
+  if (store != nullptr) {
+    JobQuery query;
+    if (page.state != v1::JOB_STATE_UNSPECIFIED) query.state = JobJournal::StoredStateOf(page.state);
+    if (!every_owner) query.owner = pass.client();
+    query.before_seq = page.before_seq;
+    query.limit = page.size + 1;  // one more says whether there is a next page
+    absl::StatusOr<std::vector<StoredJob>> rows = store->List(query);
+    if (!rows.ok()) return rows.status();
+    more = static_cast<int64_t>(rows->size()) > page.size;
+    if (more) rows->pop_back();
+    for (const StoredJob& row : *rows) {
+      last_seq = row.seq;
+      v1::JobInfo info;
+      std::shared_ptr<Request> running;
+      {
+        std::lock_guard<std::mutex> lock(jobs_mu_);
+        if (auto it = jobs_.find(row.job_id); it != jobs_.end()) running = it->second;
+      }
+      // A running job as it is now; the store has it as of its last commit (at most commit_interval ago).
+      if (running != nullptr) {
+        FillJobInfo(*running, false, &info);
+      } else {
+        FillJobInfo(row, &info);
+      }
+      if (wanted(info)) *out.add_jobs() = std::move(info);
+    }
+  } else {
+    // In memory only: every job is in jobs_, numbered in submission order by its request id.
+    std::vector<std::shared_ptr<Request>> jobs;
+    {
+      std::lock_guard<std::mutex> lock(jobs_mu_);
+      for (auto& [id, r] : jobs_) {
+        if (MaySee(*r, pass) && (page.before_seq == 0 || static_cast<int64_t>(r->id) < page.before_seq)) jobs.push_back(r);
+      }
+    }
+    std::sort(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) { return a->id > b->id; });
+    for (const auto& r : jobs) {
+      v1::JobInfo info;
+      FillJobInfo(*r, false, &info);
+      if (!wanted(info)) continue;
+      if (out.jobs_size() == page.size) {
+        more = true;
+        break;
+      }
+      last_seq = static_cast<int64_t>(r->id);
+      *out.add_jobs() = std::move(info);
     }
   }
-  // In submission order (the ids themselves are random).
-  std::sort(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
-  return jobs;
+  if (more) out.set_next_page_token(NextJobPageToken(page.state, last_seq));
+  return out;
+}
+
+void ClientApi::FillJobInfo(const StoredJob& job, v1::JobInfo* info) {
+  info->set_job_id(job.job_id);
+  static_assert(static_cast<int>(StoredJobState::kQueued) == v1::JOB_QUEUED &&
+                static_cast<int>(StoredJobState::kCancelled) == v1::JOB_CANCELLED);
+  info->set_state(static_cast<v1::JobState>(job.state));
+  info->set_prompt_tokens(job.prompt_tokens);
+  info->set_prefilled_tokens(job.prefilled);
+  info->set_generated_tokens(job.generated);
+  info->set_finish_reason(job.finish_reason);
+  if (absl::Status error = JobJournal::DecodeError(job.error); !error.ok()) info->set_error(std::string(error.message()));
 }
 
 void ClientApi::FillJobInfo(const Request& r, bool with_tokens, v1::JobInfo* info) {

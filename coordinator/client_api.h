@@ -14,7 +14,9 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/client_gate.h"
+#include "coordinator/jobs/bounded_cache.h"
 #include "coordinator/jobs/job_journal.h"
+#include "coordinator/jobs/job_listing.h"
 #include "coordinator/pipeline.h"
 #include "engine/media/prompt_media.h"
 #include "engine/model/config.h"
@@ -69,17 +71,22 @@ class ClientApi {
   // Jobs: submitted for `pass`'s client, who (or an admin) alone may see it afterwards.
   absl::StatusOr<std::shared_ptr<Request>> SubmitJob(const v1::GenerateRequest& req, const ClientGate::Pass& pass,
                                                      bool fill_max_new_tokens = false);
-  // NOT_FOUND for an unknown id and for another client's job alike: an id tells nothing.
+  // NOT_FOUND for an unknown id and for another client's job alike: an id tells nothing. A finished job
+  // that has left memory is read back from the store.
   absl::StatusOr<std::shared_ptr<Request>> FindJob(const std::string& id, const ClientGate::Pass& pass);
   // OUT_OF_RANGE when `offset` is past what the job has (ended) or can ever have (running).
   absl::Status CheckStreamOffset(const Request& job, int64_t offset) const;
-  std::vector<std::shared_ptr<Request>> VisibleJobs(const ClientGate::Pass& pass);  // in submission order
+  // A page of the jobs `pass` may see, newest first, with the token of the next page (job_listing.h).
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const ClientGate::Pass& pass, const JobPage& page);
   static void FillJobInfo(const Request& r, bool with_tokens, v1::JobInfo* info);
+  // A stored job as the listing shows it (without its tokens).
+  static void FillJobInfo(const StoredJob& job, v1::JobInfo* info);
 
   // Durable jobs: records in `store` (null: in memory only), finished ones forgotten after the
-  // retention. Restores every stored job first — unfinished ones resubmitted, replaying what they had
-  // generated (the same tokens as an undisturbed run, since sampling resumes its stream) — and then
-  // journals them.
+  // retention. Resumes the stored unfinished jobs first — resubmitted, replaying what they had generated
+  // (the same tokens as an undisturbed run, since sampling resumes its stream) — and then journals them.
+  // With a store, memory holds the jobs that run and a bounded cache of finished ones
+  // (kCachedFinishedJobs, kCachedFinishedJobBytes); every other finished job is in the store only.
   // EnableJobs before any server takes calls; StartJobs once the pipeline serves.
   void EnableJobs(JobStore* store, JobJournalOptions options);
   absl::Status StartJobs();
@@ -113,7 +120,16 @@ class ClientApi {
   absl::StatusOr<std::shared_ptr<Request>> Build(const v1::GenerateRequest& req, bool fill_max_new_tokens);
   absl::StatusOr<std::shared_ptr<Request>> BuildScoreRequest(const v1::ScoreRequest& req);
 
+  static constexpr int64_t kCachedFinishedJobs = 1024;
+  static constexpr int64_t kCachedFinishedJobBytes = int64_t{64} << 20;
+
   bool MaySee(const Request& job, const ClientGate::Pass& pass) const;
+  // A job whose end the journal has committed: from the running jobs into the cache.
+  void Retire(const std::shared_ptr<Request>& job);
+  // What a cached job holds, roughly: its prompt and media, its tokens and their text.
+  static int64_t CachedBytes(const Request& job);
+  // Under jobs_mu_: the job in memory (running, or cached), or null.
+  std::shared_ptr<Request> InMemory(const std::string& id);
   absl::StatusOr<std::string> NewJobId() const;
   // One stored job as a Request again: ended, or resubmitted.
   std::shared_ptr<Request> Restore(const StoredJob& stored);
@@ -130,7 +146,10 @@ class ClientApi {
   const std::shared_ptr<ClientGate> gate_;
   std::atomic<uint64_t> next_id_{1};
   std::mutex jobs_mu_;
+  // Jobs that run, and finished ones until their end is recorded (with no store: every job until its
+  // retention ends).
   std::map<std::string, std::shared_ptr<Request>> jobs_;
+  BoundedCache<std::shared_ptr<Request>> finished_{kCachedFinishedJobs, kCachedFinishedJobBytes};
   std::unique_ptr<JobJournal> journal_;
 };
 

@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/time/time.h"
+#include "coordinator/jobs/state_dir.h"
 #include "engine/model/precision.h"
 
 // Defaults come from CoordinatorSettings, so the struct stays the one place that names them.
@@ -13,6 +14,8 @@ ABSL_FLAG(std::string, layer_split, "", "explicit ranges like 0-4,5-5,6-11, one 
 ABSL_FLAG(layerpipe::Precision, precision, layerpipe::CoordinatorSettings().precision, "bf16 or fp32");
 ABSL_FLAG(std::string, quantize, layerpipe::CoordinatorSettings().quantize,
           "none, int8 or int4: every worker quantizes its decoder layers' matrices at load (groups of 32 along k)");
+ABSL_FLAG(std::string, quantize_head, layerpipe::CoordinatorSettings().quantize_head,
+          "none or int8: the stages that hold the embedding / tied head quantize it at load (the int8 rule)");
 ABSL_FLAG(int64_t, prefill_chunk, layerpipe::CoordinatorSettings().prefill_chunk, "prompt tokens per step for one sequence");
 ABSL_FLAG(int, max_batch, layerpipe::CoordinatorSettings().max_batch, "decode sequences per step");
 ABSL_FLAG(absl::Duration, recovery_deadline, layerpipe::CoordinatorSettings().recovery_deadline,
@@ -31,8 +34,11 @@ ABSL_FLAG(std::string, http_listen, "",
 ABSL_FLAG(std::string, served_model_name, "", "the model name the HTTP API answers to (default: the --model directory's name)");
 ABSL_FLAG(int64_t, max_model_len, 0, "prompt + generated tokens a request may use (0: the model's context)");
 ABSL_FLAG(int32_t, max_new_tokens, 0, "generated tokens a request may ask for (0: no cap below --max-model-len)");
-ABSL_FLAG(std::string, state_dir, "",
-          "keep jobs in an SQLite database in this directory, so that they survive a restart (empty: in memory only)");
+// The default is resolved when the program starts, so that --help shows the directory this process would use.
+ABSL_FLAG(std::string, state_dir, layerpipe::DefaultStateDir(),
+          "keep jobs in an SQLite database in this directory, so that they survive a restart; the default is "
+          "$LAYERPIPE_STATE_DIR, else $XDG_STATE_HOME/layerpipe, else ~/.local/state/layerpipe; '' keeps them in "
+          "memory only (a restart loses them)");
 ABSL_FLAG(absl::Duration, job_retention, layerpipe::CoordinatorSettings().job_retention,
           "how long finished jobs are kept before they are deleted");
 
@@ -43,6 +49,7 @@ void ReadSharedCoordinatorFlags(CoordinatorSettings* s) {
   s->layer_split = absl::GetFlag(FLAGS_layer_split);
   s->precision = absl::GetFlag(FLAGS_precision);
   s->quantize = absl::GetFlag(FLAGS_quantize);
+  s->quantize_head = absl::GetFlag(FLAGS_quantize_head);
   s->prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   s->max_batch = absl::GetFlag(FLAGS_max_batch);
   s->recovery_deadline = absl::GetFlag(FLAGS_recovery_deadline);

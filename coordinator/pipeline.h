@@ -37,6 +37,7 @@ struct PipelineOptions {
   std::vector<LayerRange> ranges;
   Precision precision = Precision::kBf16;
   WeightFormat quantize = WeightFormat::kBf16;  // decoder matrices quantized at load (kBf16: as stored)
+  WeightFormat quantize_head = WeightFormat::kBf16;  // the embedding / tied head likewise
   int64_t prefill_chunk = 256;
   int max_batch = 64;                // decode slices per step
   absl::Duration recovery_deadline = absl::Seconds(30);

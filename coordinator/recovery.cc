@@ -7,6 +7,7 @@
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "coordinator/pipeline.h"
+#include "engine/model/quantize.h"
 
 namespace layerpipe {
 namespace {
@@ -30,7 +31,8 @@ absl::Status Pipeline::AssignAll(uint64_t epoch, const std::string& secret, absl
     req.set_coordinator_address(self_address_);
     req.set_epoch(epoch);
     req.set_precision(PrecisionName(opt_.precision));
-    req.set_quantize(opt_.quantize == WeightFormat::kBf16 ? "none" : std::string(WeightFormatName(opt_.quantize)));
+    req.set_quantize(QuantizationName(opt_.quantize));
+    req.set_quantize_head(QuantizationName(opt_.quantize_head));
     req.set_stage(static_cast<int>(s));
     req.set_epoch_secret(secret);
     internal::v1::AssignResponse resp;

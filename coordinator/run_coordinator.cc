@@ -105,6 +105,9 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
   auto quantize = ParseQuantization(s.quantize);
   if (!quantize.ok()) return fail(std::string(quantize.status().message()));
   popt.quantize = *quantize;
+  auto quantize_head = ParseHeadQuantization(s.quantize_head);
+  if (!quantize_head.ok()) return fail(std::string(quantize_head.status().message()));
+  popt.quantize_head = *quantize_head;
   popt.prefill_chunk = s.prefill_chunk;
   popt.max_batch = s.max_batch;
   popt.recovery_deadline = s.recovery_deadline;
@@ -133,6 +136,9 @@ int RunCoordinator(const CoordinatorSettings& s, const CoordinatorHooks& hooks) 
     auto store = JobStore::Open(s.state_dir);
     if (!store.ok()) return fail(absl::StrCat("--state-dir: ", store.status().message()));
     job_store = *std::move(store);
+    LP_LOG(INFO) << "jobs are kept in " << std::filesystem::absolute(s.state_dir).lexically_normal().string();
+  } else {
+    LP_LOG(WARNING) << "--state-dir '': jobs are kept in memory only; a restart of this coordinator loses every job";
   }
   ClientApi client_api(*config, tokenizer.get(), *stop_ids, &pipeline, security->gate,
                        ClientLimits{s.max_model_len, s.max_new_tokens});

@@ -26,6 +26,7 @@ struct CoordinatorSettings {
   std::string layer_split;
   Precision precision = Precision::kBf16;
   std::string quantize = "none";  // --quantize: what every worker quantizes its decoder matrices into
+  std::string quantize_head = "none";  // --quantize-head: and the embedding / tied head
   int64_t prefill_chunk = 256;
   int max_batch = 64;
   absl::Duration recovery_deadline = absl::Seconds(30);
@@ -39,8 +40,8 @@ struct CoordinatorSettings {
   std::string http_listen, served_model_name;
   int64_t max_model_len = 0;   // 0: the model's context
   int32_t max_new_tokens = 0;  // 0: no cap
-  // Durable jobs: the directory of their database (empty: jobs live in memory only), and how long
-  // finished jobs are kept.
+  // Durable jobs: the directory of their database (empty: jobs live in memory only; the flag's default is
+  // DefaultStateDir()), and how long finished jobs are kept.
   std::string state_dir;
   absl::Duration job_retention = absl::Hours(24);
   CoordinatorSecurityFlags security;

@@ -19,6 +19,9 @@
 #   --device D              where workers run their layers: cpu (default), cuda or cuda:N
 #   --kv-budget SIZE        KV cache budget per worker, e.g. 4G (default: the worker's own default)
 #   --layer-split RANGES    explicit stage ranges, e.g. 0-23,24-47
+#   --state-dir DIR         where rank 0's coordinator keeps its jobs, so that they survive a restart of
+#                           the job (default: $LAYERPIPE_STATE_DIR, else $XDG_STATE_HOME/layerpipe, else
+#                           ~/.local/state/layerpipe, on rank 0's node; '' keeps them in memory only)
 #   --bin-dir DIR           where the layerpipe binaries are (default: $LAYERPIPE_BIN, else the
 #                           repository's build/bin next to this script, else $PATH)
 #   --rendezvous-timeout S  how long rank 0 waits for the workers' addresses (default 300)
@@ -36,6 +39,7 @@ die() { echo "mpirun.sh[rank ${rank:-?}]: error: $*" >&2; exit 2; }
 note() { echo "mpirun.sh[rank ${rank:-?}]: $*" >&2; }
 
 model="" base_port=50100 rendezvous="" advertise_host="" precision="" threads="" device="" kv_budget="" layer_split=""
+state_dir="${LAYERPIPE_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/layerpipe}"
 bin_dir="${LAYERPIPE_BIN:-}" rendezvous_timeout=300 ready_timeout=1200
 client=()
 while (($#)); do
@@ -49,6 +53,7 @@ while (($#)); do
     --kv-budget) kv_budget="${2:?--kv-budget needs a value}"; shift 2 ;;
     --device) device="${2:?--device needs a value}"; shift 2 ;;
     --layer-split) layer_split="${2:?--layer-split needs a value}"; shift 2 ;;
+    --state-dir) (($# >= 2)) || die "--state-dir needs a value"; state_dir="$2"; shift 2 ;;
     --bin-dir) bin_dir="${2:?--bin-dir needs a value}"; shift 2 ;;
     --rendezvous-timeout) rendezvous_timeout="${2:?--rendezvous-timeout needs a value}"; shift 2 ;;
     --ready-timeout) ready_timeout="${2:?--ready-timeout needs a value}"; shift 2 ;;
@@ -177,7 +182,7 @@ run_coordinator() {
   done
   note "workers: $workers"
   local args=(--listen "0.0.0.0:$base_port" --advertise "$advertise_host:$base_port" --model "$model"
-              --workers "$workers")
+              --workers "$workers" --state-dir "$state_dir")
   [ -z "$precision" ] || args+=(--precision "$precision")
   [ -z "$layer_split" ] || args+=(--layer-split "$layer_split")
   "$(find_bin layerpipe-coordinator)" "${args[@]}" >"$log" 2>&1 </dev/null &

@@ -21,7 +21,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& model_di
       model_dir, e->config_, sel,
       {.huge_pages = options.huge_pages && cpu,
        .tile_layer_matrices = cpu,
-       .quantize = options.quantize});
+       .quantize = options.quantize,
+       .quantize_head = options.quantize_head});
   if (!weights.ok()) return weights.status();
   e->weights_ = std::move(*weights);
   e->pool_ = std::make_unique<ThreadPool>(options.threads);

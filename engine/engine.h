@@ -27,6 +27,7 @@ struct EngineOptions {
   BackendMaker make_backend;    // empty: the CPU executor
   bool huge_pages = true;       // CPU executor: weights copied into huge pages (false: read in place)
   WeightFormat quantize = WeightFormat::kBf16;  // decoder matrices quantized at load (kBf16: as stored)
+  WeightFormat quantize_head = WeightFormat::kBf16;  // the embedding / tied head likewise (kInt8 or kBf16)
 };
 
 // New tokens for one sequence in a step (a prompt, a prompt chunk, or one decode token), with the soft

@@ -10,6 +10,7 @@ Import it as pb_loader is imported: put this directory (tests/) on sys.path firs
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -26,10 +27,19 @@ class Process:
 
     log_dir: where the stderr file goes (kept for reading after a run); None keeps it in an anonymous
     temporary file that disappears on close().
+    env: the environment (default: this one). Unless it has LAYERPIPE_STATE_DIR (even empty), the process gets a
+    fresh one of its own, removed on close(): a coordinator keeps its jobs in its default state directory,
+    and two coordinators of one test (or of two tests running at once) must not share it. A test that
+    restarts a coordinator on the same jobs passes --state-dir or LAYERPIPE_STATE_DIR itself.
     """
 
     def __init__(self, argv, name, log_dir=None, env=None):
         self.name = name
+        env = dict(os.environ if env is None else env)
+        self._state_dir = None
+        if "LAYERPIPE_STATE_DIR" not in env:
+            self._state_dir = tempfile.mkdtemp(prefix=f"layerpipe_state_{name}_")
+            env["LAYERPIPE_STATE_DIR"] = self._state_dir
         if log_dir is None:
             self.log_path = None
             self._log = tempfile.TemporaryFile()
@@ -151,6 +161,8 @@ class Process:
         self._reader.join(5)
         self.popen.stdout.close()
         self._log.close()
+        if self._state_dir is not None:
+            shutil.rmtree(self._state_dir, ignore_errors=True)
 
 
 def small_checkpoint_argv(layerpipe, out, seed, max_positions=None, layers=6):

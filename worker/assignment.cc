@@ -40,7 +40,8 @@ WeightSelection SelectionOf(const internal::v1::AssignRequest& r) {
 
 bool SameWeights(const internal::v1::AssignRequest& a, const internal::v1::AssignRequest& b) {
   return a.model_dir() == b.model_dir() && a.layer_begin() == b.layer_begin() && a.layer_end() == b.layer_end() &&
-         a.first() == b.first() && a.last() == b.last() && a.quantize() == b.quantize();
+         a.first() == b.first() && a.last() == b.last() && a.quantize() == b.quantize() &&
+         a.quantize_head() == b.quantize_head();
 }
 
 int64_t WeightBytes(const ModelWeights& w) {

@@ -62,9 +62,13 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> WorkerService::WeightsFor(co
   // precision: the same copy serves both.
   auto quantize = ParseQuantization(request.quantize());
   if (!quantize.ok()) return quantize.status();
-  auto loaded = ModelWeights::Load(
-      request.model_dir(), config, SelectionOf(request),
-      {.huge_pages = options_.huge_pages, .tile_layer_matrices = options_.huge_pages, .quantize = *quantize});
+  auto quantize_head = ParseHeadQuantization(request.quantize_head());
+  if (!quantize_head.ok()) return quantize_head.status();
+  auto loaded = ModelWeights::Load(request.model_dir(), config, SelectionOf(request),
+                                   {.huge_pages = options_.huge_pages,
+                                    .tile_layer_matrices = options_.huge_pages,
+                                    .quantize = *quantize,
+                                    .quantize_head = *quantize_head});
   if (!loaded.ok()) return loaded.status();
   return std::shared_ptr<const ModelWeights>(std::move(*loaded));
 }
@@ -78,6 +82,8 @@ absl::Status WorkerService::DoAssign(const internal::v1::AssignRequest& in, inte
   if (request.precision().empty()) request.set_precision("bf16");
   if (request.quantize().empty()) request.set_quantize("none");
   if (auto q = ParseQuantization(request.quantize()); !q.ok()) return q.status();
+  if (request.quantize_head().empty()) request.set_quantize_head("none");
+  if (auto q = ParseHeadQuantization(request.quantize_head()); !q.ok()) return q.status();
   Precision precision;
   if (!ParsePrecision(request.precision(), &precision)) {
     return absl::InvalidArgumentError(

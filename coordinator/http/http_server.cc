@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/host_name.h"
+#include "coordinator/jobs/job_listing.h"
 #include "common/log.h"
 #include "coordinator/http/openai_error.h"
 #include "coordinator/http/openai_response.h"
@@ -46,21 +47,7 @@ bool SendEvent(httplib::DataSink& sink, const std::string& data) {
   return sink.write(event.data(), event.size());
 }
 
-const char* JobStateName(v1::JobState s) {
-  switch (s) {
-    case v1::JOB_QUEUED: return "queued";
-    case v1::JOB_PREFILLING: return "prefilling";
-    case v1::JOB_DECODING: return "decoding";
-    case v1::JOB_SUCCEEDED: return "succeeded";
-    case v1::JOB_FAILED: return "failed";
-    case v1::JOB_CANCELLED: return "cancelled";
-    default: return "unknown";
-  }
-}
-
-json JobJson(const Request& r, bool with_output) {
-  v1::JobInfo info;
-  ClientApi::FillJobInfo(r, with_output, &info);
+json JobJson(const v1::JobInfo& info, bool with_output) {
   json out = {{"id", info.job_id()},
               {"object", "job"},
               {"state", JobStateName(info.state())},
@@ -74,6 +61,35 @@ json JobJson(const Request& r, bool with_output) {
     out["token_ids"] = std::vector<int32_t>(info.ids().begin(), info.ids().end());
   }
   return out;
+}
+
+json JobJson(const Request& r, bool with_output) {
+  v1::JobInfo info;
+  ClientApi::FillJobInfo(r, with_output, &info);
+  return JobJson(info, with_output);
+}
+
+// GET /v1/jobs's query: page_size, page_token and state (by name), as ListJobs takes them.
+absl::StatusOr<JobPage> JobPageOf(const httplib::Request& req, std::string* param) {
+  int64_t size = 0;
+  if (req.has_param("page_size") && !absl::SimpleAtoi(req.get_param_value("page_size"), &size)) {
+    *param = "page_size";
+    return absl::InvalidArgumentError("page_size must be an integer");
+  }
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+  if (req.has_param("state")) {
+    auto named = JobStateFromName(req.get_param_value("state"));
+    if (!named) {
+      *param = "state";
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state must be one of queued, prefilling, decoding, succeeded, failed, cancelled, not \"",
+          req.get_param_value("state"), "\""));
+    }
+    state = *named;
+  }
+  auto page = ParseJobPage(size, req.get_param_value("page_token"), state);
+  if (!page.ok()) *param = absl::StrContains(page.status().message(), "page_size") ? "page_size" : "page_token";
+  return page;
 }
 
 // Streams `r` from `offset` as server-sent events, each event made by `event` from one Follow message;
@@ -293,9 +309,16 @@ void HttpServer::Jobs(const httplib::Request& req, httplib::Response& res) {
   ClientGate::Pass pass;
   if (!Admit(req, res, &pass)) return;
   if (req.matches.size() < 2) {
+    std::string param;
+    auto page = JobPageOf(req, &param);
+    if (!page.ok()) return WriteError(res, MakeHttpError(400, std::string(api_->Refused(page.status()).message()), "", param));
+    auto listing = api_->ListJobs(pass, *page);
+    if (!listing.ok()) return WriteError(res, ToHttpError(listing.status()));
     json data = json::array();
-    for (const auto& r : api_->VisibleJobs(pass)) data.push_back(JobJson(*r, false));
-    return WriteJson(res, 200, {{"object", "list"}, {"data", data}});
+    for (const v1::JobInfo& info : listing->jobs()) data.push_back(JobJson(info, false));
+    const std::string& next = listing->next_page_token();
+    return WriteJson(res, 200, {{"object", "list"}, {"data", data}, {"has_more", !next.empty()},
+                                {"next_page_token", next.empty() ? json(nullptr) : json(next)}});
   }
   auto r = api_->FindJob(req.matches[1], pass);
   if (!r.ok()) return WriteError(res, ToHttpError(r.status()));

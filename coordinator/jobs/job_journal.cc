@@ -11,6 +11,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr int64_t kRetentionBatch = 1000;
+
 bool IsFinalState(v1::JobState s) {
   return s == v1::JOB_SUCCEEDED || s == v1::JOB_FAILED || s == v1::JOB_CANCELLED;
 }
@@ -61,8 +63,9 @@ StoredJobState JobJournal::StoredStateOf(v1::JobState state) {
   }
 }
 
-JobJournal::JobJournal(JobStore* store, JobJournalOptions options, std::function<void(absl::Time)> expire)
-    : store_(store), options_(options), expire_(std::move(expire)) {}
+JobJournal::JobJournal(JobStore* store, JobJournalOptions options, std::function<void(absl::Time)> expire,
+                       std::function<void(const std::shared_ptr<Request>&)> recorded)
+    : store_(store), options_(options), expire_(std::move(expire)), recorded_(std::move(recorded)) {}
 
 JobJournal::~JobJournal() {
   {
@@ -110,7 +113,8 @@ void JobJournal::WriteEnd(const std::shared_ptr<Request>& job, int64_t tokens_wr
   Tracked t;
   t.job = job;
   t.tokens_written = tokens_written;
-  Commit(t, /*force=*/true);
+  // A failed write leaves the end to the next restart, which finds the job unfinished again.
+  if (Commit(t, /*force=*/true) && recorded_) recorded_(job);
 }
 
 bool JobJournal::Commit(Tracked& t, bool force) {
@@ -172,11 +176,20 @@ void JobJournal::Loop() {
       waker_->woken = false;
       stopping = waker_->stopping;
     }
+    std::vector<std::shared_ptr<Request>> ended;
     {
       std::lock_guard<std::mutex> lock(mu_);
       tracked_.erase(std::remove_if(tracked_.begin(), tracked_.end(),
-                                    [&](Tracked& t) { return Commit(t, /*force=*/stopping); }),
+                                    [&](Tracked& t) {
+                                      if (!Commit(t, /*force=*/stopping)) return false;
+                                      ended.push_back(t.job);
+                                      return true;
+                                    }),
                      tracked_.end());
+    }
+    // Outside mu_: the callee takes its own locks, which SubmitJob holds while it calls Follow.
+    if (recorded_) {
+      for (const auto& job : ended) recorded_(job);
     }
     if (stopping) return;
     if (Clock::now() >= next_sweep) {
@@ -184,8 +197,11 @@ void JobJournal::Loop() {
       const absl::Time cutoff = absl::Now() - options_.retention;
       if (expire_) expire_(cutoff);
       if (store_ != nullptr) {
-        auto deleted = store_->DeleteFinishedBefore(absl::ToUnixMillis(cutoff));
+        // One batch per round: a backlog of expired jobs is worked off between the rounds' commits, so the
+        // running jobs' records never wait behind it.
+        auto deleted = store_->DeleteFinishedBefore(absl::ToUnixMillis(cutoff), kRetentionBatch, /*max_batches=*/1);
         if (!deleted.ok()) LP_LOG(WARNING) << "deleting expired jobs: " << deleted.status().message();
+        if (deleted.ok() && *deleted == kRetentionBatch) next_sweep = Clock::now();
       }
     }
   }

@@ -29,9 +29,11 @@ struct JobJournalOptions {
 
 class JobJournal {
  public:
-  // `store` may be null (jobs live in memory only): then only retention applies. `expire` is called with
-  // a cutoff from the journal's thread; it must forget every job that finished before it.
-  JobJournal(JobStore* store, JobJournalOptions options, std::function<void(absl::Time cutoff)> expire);
+  // `store` may be null (jobs live in memory only): then only retention applies. From the journal's
+  // thread: `expire` with a cutoff, to forget every job that finished before it; `recorded` with each job
+  // whose end has just been committed (from then on the store alone can answer for it).
+  JobJournal(JobStore* store, JobJournalOptions options, std::function<void(absl::Time cutoff)> expire,
+             std::function<void(const std::shared_ptr<Request>&)> recorded = nullptr);
   ~JobJournal();  // commits what is pending and stops
 
   void Start();
@@ -82,6 +84,7 @@ class JobJournal {
   JobStore* const store_;
   const JobJournalOptions options_;
   const std::function<void(absl::Time)> expire_;
+  const std::function<void(const std::shared_ptr<Request>&)> recorded_;
   const std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
   std::mutex mu_;  // tracked_
   std::vector<Tracked> tracked_;  // unfinished jobs (and finished ones until their end is written)

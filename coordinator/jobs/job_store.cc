@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <limits>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/jobs/state_dir.h"
 
 #define JOB_STORE_RETURN_IF_ERROR(expr)               \
   do {                                                \
@@ -25,7 +27,8 @@ namespace {
 
 constexpr char kFileName[] = "jobs.sqlite3";
 constexpr char kApplication[] = "layerpipe-jobs";
-constexpr char kSchemaVersion[] = "1";
+// 2 added the listing and retention indexes (Indexes()); a version 1 store is given them at open.
+constexpr char kSchemaVersion[] = "2";
 // Long enough to ride out another process's write transaction (they are short), short enough to report a
 // store that is stuck.
 constexpr int kBusyTimeoutMs = 10000;
@@ -35,6 +38,13 @@ constexpr const char* kOurTables[] = {"meta", "issued_ids", "jobs", "job_tokens"
 // The SQL below spells the final states as (4, 5, 6).
 static_assert(static_cast<int>(StoredJobState::kSucceeded) == 4 && static_cast<int>(StoredJobState::kFailed) == 5 &&
               static_cast<int>(StoredJobState::kCancelled) == 6);
+
+// A page of one state newest first, the unfinished jobs at start, and retention's oldest finished jobs,
+// each without scanning the whole table.
+std::string Indexes() {
+  return "CREATE INDEX jobs_by_state ON jobs (state, seq);"
+         "CREATE INDEX jobs_finished ON jobs (finished_unix_ms) WHERE state IN (4, 5, 6);";
+}
 
 std::string Schema() {
   return absl::StrCat(
@@ -46,10 +56,16 @@ std::string Schema() {
       " prefilled INTEGER NOT NULL, finish_reason TEXT NOT NULL, error TEXT NOT NULL,"
       " created_unix_ms INTEGER NOT NULL, finished_unix_ms INTEGER NOT NULL);"
       "CREATE TABLE job_tokens (job_id TEXT NOT NULL, idx INTEGER NOT NULL, data BLOB NOT NULL,"
-      " PRIMARY KEY (job_id, idx)) WITHOUT ROWID;"
+      " PRIMARY KEY (job_id, idx)) WITHOUT ROWID;",
+      Indexes(),
       "INSERT INTO meta VALUES ('application', '",
       kApplication, "'), ('schema_version', '", kSchemaVersion, "');");
 }
+
+// The columns ReadJob reads, in its order.
+#define JOB_COLUMNS                                                                                          \
+  "seq, job_id, owner, prompt_tokens, state, prefilled, finish_reason, error, created_unix_ms, finished_unix_ms," \
+  " (SELECT COUNT(*) FROM job_tokens t WHERE t.job_id = jobs.job_id)"
 
 }  // namespace
 
@@ -128,16 +144,17 @@ class JobStore::Transaction {
 };
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create directory ", dir, ": ", ec.message()));
+  JOB_STORE_RETURN_IF_ERROR(MakeStateDir(dir));
   std::string path = (std::filesystem::path(dir) / kFileName).string();
+  // Before SQLite touches the file: a second coordinator must not even open it.
+  absl::StatusOr<DatabaseLock> lock = DatabaseLock::Acquire(path);
+  if (!lock.ok()) return lock.status();
   sqlite3* db = nullptr;
   const int rc =
       sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (db == nullptr) return absl::ResourceExhaustedError(absl::StrCat(path, ": sqlite cannot allocate a connection"));
   // Owns (and on any refusal closes) the connection from here on.
-  std::unique_ptr<JobStore> store(new JobStore(std::move(path), db));
+  std::unique_ptr<JobStore> store(new JobStore(std::move(path), db, *std::move(lock)));
   if (rc != SQLITE_OK) return store->Error(rc, "cannot open");
   if (int busy_rc = sqlite3_busy_timeout(db, kBusyTimeoutMs); busy_rc != SQLITE_OK) {
     return store->Error(busy_rc, "cannot set the busy timeout");
@@ -203,7 +220,8 @@ absl::Status JobStore::Adopt() {
   }
   auto version = meta.find("schema_version");
   if (version == meta.end()) return Refuse("a layerpipe job store without a schema_version in meta");
-  if (version->second != kSchemaVersion) {
+  const bool upgrade = version->second == "1";
+  if (!upgrade && version->second != kSchemaVersion) {
     return Refuse(absl::StrCat("a layerpipe job store of schema version '", version->second, "', expected '",
                                kSchemaVersion, "'"));
   }
@@ -219,6 +237,11 @@ absl::Status JobStore::Adopt() {
   }
   if (!missing.empty()) {
     return Refuse(absl::StrCat("a layerpipe job store that lacks tables ", absl::StrJoin(missing, ", ")));
+  }
+  if (upgrade) {
+    JOB_STORE_RETURN_IF_ERROR(Exec(Indexes().c_str()));
+    JOB_STORE_RETURN_IF_ERROR(Exec(absl::StrCat("UPDATE meta SET value = '", kSchemaVersion,
+                                                "' WHERE key = 'schema_version'").c_str()));
   }
   return txn.Commit();
 }
@@ -313,44 +336,46 @@ absl::Status JobStore::UpdateProgress(const std::string& job_id, const JobProgre
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<StoredJob>> JobStore::LoadAll() {
-  std::lock_guard<std::mutex> lock(mu_);
+absl::Status JobStore::ReadJob(const Statement& st, StoredJob* job) const {
+  job->seq = st.Int(0);
+  job->job_id = st.Bytes(1);
+  job->owner = st.Bytes(2);
+  job->prompt_tokens = st.Int(3);
+  const int64_t state = st.Int(4);
+  if (state < static_cast<int64_t>(StoredJobState::kQueued) || state > static_cast<int64_t>(StoredJobState::kCancelled)) {
+    return absl::DataLossError(absl::StrCat(path_, ": job ", job->job_id, " has unknown state ", state));
+  }
+  job->state = static_cast<StoredJobState>(state);
+  job->prefilled = st.Int(5);
+  job->finish_reason = st.Bytes(6);
+  job->error = st.Bytes(7);
+  job->created_unix_ms = st.Int(8);
+  job->finished_unix_ms = st.Int(9);
+  job->generated = st.Int(10);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<StoredJob>> JobStore::Load(const char* jobs_sql, const char* tokens_sql) {
   // Both reads in one transaction, so that tokens and jobs are of the same moment.
   Transaction txn(this);
   JOB_STORE_RETURN_IF_ERROR(txn.Begin("BEGIN"));
   std::vector<StoredJob> jobs;
   std::map<std::string, size_t, std::less<>> index_of;
   {
-    absl::StatusOr<Statement> st = Prepare(
-        "SELECT seq, job_id, owner, request, prompt_tokens, state, prefilled, finish_reason, error,"
-        " created_unix_ms, finished_unix_ms FROM jobs ORDER BY seq");
+    absl::StatusOr<Statement> st = Prepare(jobs_sql);
     if (!st.ok()) return st.status();
     int rc;
     while ((rc = st->Step()) == SQLITE_ROW) {
       StoredJob& job = jobs.emplace_back();
-      job.seq = st->Int(0);
-      job.job_id = st->Bytes(1);
-      job.owner = st->Bytes(2);
-      job.request = st->Bytes(3);
-      job.prompt_tokens = st->Int(4);
-      const int64_t state = st->Int(5);
-      if (state < static_cast<int64_t>(StoredJobState::kQueued) ||
-          state > static_cast<int64_t>(StoredJobState::kCancelled)) {
-        return absl::DataLossError(absl::StrCat(path_, ": job ", job.job_id, " has unknown state ", state));
-      }
-      job.state = static_cast<StoredJobState>(state);
-      job.prefilled = st->Int(6);
-      job.finish_reason = st->Bytes(7);
-      job.error = st->Bytes(8);
-      job.created_unix_ms = st->Int(9);
-      job.finished_unix_ms = st->Int(10);
+      JOB_STORE_RETURN_IF_ERROR(ReadJob(*st, &job));
+      job.request = st->Bytes(11);
       index_of[job.job_id] = jobs.size() - 1;
     }
     if (rc != SQLITE_DONE) return Error(rc, "cannot read jobs");
   }
   {
     // Index order within a job, and AppendTokens never leaves a gap: the position is the index.
-    absl::StatusOr<Statement> st = Prepare("SELECT job_id, data FROM job_tokens ORDER BY job_id, idx");
+    absl::StatusOr<Statement> st = Prepare(tokens_sql);
     if (!st.ok()) return st.status();
     int rc;
     while ((rc = st->Step()) == SQLITE_ROW) {
@@ -362,27 +387,98 @@ absl::StatusOr<std::vector<StoredJob>> JobStore::LoadAll() {
   return jobs;
 }
 
-absl::StatusOr<int64_t> JobStore::DeleteFinishedBefore(int64_t cutoff_unix_ms) {
+absl::StatusOr<std::vector<StoredJob>> JobStore::LoadAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Load("SELECT " JOB_COLUMNS ", request FROM jobs ORDER BY seq",
+              "SELECT job_id, data FROM job_tokens ORDER BY job_id, idx");
+}
+
+absl::StatusOr<std::vector<StoredJob>> JobStore::LoadUnfinished() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Load("SELECT " JOB_COLUMNS ", request FROM jobs WHERE state IN (1, 2, 3) ORDER BY seq",
+              "SELECT job_id, data FROM job_tokens WHERE job_id IN (SELECT job_id FROM jobs WHERE state IN (1, 2, 3))"
+              " ORDER BY job_id, idx");
+}
+
+absl::StatusOr<StoredJob> JobStore::LoadJob(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   Transaction txn(this);
-  JOB_STORE_RETURN_IF_ERROR(txn.Begin());
+  JOB_STORE_RETURN_IF_ERROR(txn.Begin("BEGIN"));
+  StoredJob job;
   {
-    absl::StatusOr<Statement> st = Prepare(
-        "DELETE FROM job_tokens WHERE job_id IN"
-        " (SELECT job_id FROM jobs WHERE state IN (4, 5, 6) AND finished_unix_ms < ?)");
+    absl::StatusOr<Statement> st = Prepare("SELECT " JOB_COLUMNS ", request FROM jobs WHERE job_id = ?");
     if (!st.ok()) return st.status();
-    if (const int rc = st->BindInt(cutoff_unix_ms).Step(); rc != SQLITE_DONE) {
-      return Error(rc, "cannot delete tokens");
-    }
+    const int rc = st->BindText(job_id).Step();
+    if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+    if (rc != SQLITE_ROW) return Error(rc, "cannot read a job");
+    JOB_STORE_RETURN_IF_ERROR(ReadJob(*st, &job));
+    job.request = st->Bytes(11);
   }
-  int64_t deleted = 0;
   {
-    absl::StatusOr<Statement> st = Prepare("DELETE FROM jobs WHERE state IN (4, 5, 6) AND finished_unix_ms < ?");
+    absl::StatusOr<Statement> st = Prepare("SELECT data FROM job_tokens WHERE job_id = ? ORDER BY idx");
     if (!st.ok()) return st.status();
-    if (const int rc = st->BindInt(cutoff_unix_ms).Step(); rc != SQLITE_DONE) return Error(rc, "cannot delete jobs");
-    deleted = sqlite3_changes(db_);
+    st->BindText(job_id);
+    int rc;
+    while ((rc = st->Step()) == SQLITE_ROW) job.tokens.push_back(st->Bytes(0));
+    if (rc != SQLITE_DONE) return Error(rc, "cannot read tokens");
   }
   JOB_STORE_RETURN_IF_ERROR(txn.Commit());
+  return job;
+}
+
+absl::StatusOr<std::vector<StoredJob>> JobStore::List(const JobQuery& query) {
+  if (query.limit <= 0) return std::vector<StoredJob>();
+  std::lock_guard<std::mutex> lock(mu_);
+  // Two statements, so that a state's page walks jobs_by_state and the unfiltered one the table's seq.
+  absl::StatusOr<Statement> st =
+      query.state ? Prepare("SELECT " JOB_COLUMNS " FROM jobs WHERE state = ?1 AND seq < ?2"
+                            " AND (?3 OR owner = '' OR owner = ?4) ORDER BY seq DESC LIMIT ?5")
+                  : Prepare("SELECT " JOB_COLUMNS " FROM jobs WHERE ?1 = 0 AND seq < ?2"
+                            " AND (?3 OR owner = '' OR owner = ?4) ORDER BY seq DESC LIMIT ?5");
+  if (!st.ok()) return st.status();
+  const int64_t before = query.before_seq > 0 ? query.before_seq : std::numeric_limits<int64_t>::max();
+  st->BindInt(query.state ? static_cast<int64_t>(*query.state) : 0)
+      .BindInt(before)
+      .BindInt(query.owner.has_value() ? 0 : 1)
+      .BindText(query.owner.has_value() ? *query.owner : std::string())
+      .BindInt(query.limit);
+  std::vector<StoredJob> jobs;
+  int rc;
+  while ((rc = st->Step()) == SQLITE_ROW) JOB_STORE_RETURN_IF_ERROR(ReadJob(*st, &jobs.emplace_back()));
+  if (rc != SQLITE_DONE) return Error(rc, "cannot list jobs");
+  return jobs;
+}
+
+absl::StatusOr<int64_t> JobStore::DeleteFinishedBefore(int64_t cutoff_unix_ms, int64_t batch, int64_t max_batches) {
+  if (batch <= 0) return absl::InvalidArgumentError(absl::StrCat("a deletion batch of ", batch, " jobs"));
+  int64_t deleted = 0;
+  for (int64_t done = 0; max_batches < 0 || done < max_batches; ++done) {
+    // One batch per transaction, the lock released between them: a retention pass over many jobs never
+    // holds up the journal's commits (and so the jobs' clients) for longer than one batch.
+    std::lock_guard<std::mutex> lock(mu_);
+    Transaction txn(this);
+    JOB_STORE_RETURN_IF_ERROR(txn.Begin());
+    std::vector<std::string> ids;
+    {
+      absl::StatusOr<Statement> st = Prepare(
+          "SELECT job_id FROM jobs WHERE state IN (4, 5, 6) AND finished_unix_ms < ? ORDER BY finished_unix_ms LIMIT ?");
+      if (!st.ok()) return st.status();
+      st->BindInt(cutoff_unix_ms).BindInt(batch);
+      int rc;
+      while ((rc = st->Step()) == SQLITE_ROW) ids.push_back(st->Bytes(0));
+      if (rc != SQLITE_DONE) return Error(rc, "cannot find expired jobs");
+    }
+    for (const std::string& id : ids) {
+      for (const char* sql : {"DELETE FROM job_tokens WHERE job_id = ?", "DELETE FROM jobs WHERE job_id = ?"}) {
+        absl::StatusOr<Statement> st = Prepare(sql);
+        if (!st.ok()) return st.status();
+        if (const int rc = st->BindText(id).Step(); rc != SQLITE_DONE) return Error(rc, "cannot delete a job");
+      }
+    }
+    JOB_STORE_RETURN_IF_ERROR(txn.Commit());
+    deleted += static_cast<int64_t>(ids.size());
+    if (static_cast<int64_t>(ids.size()) < batch) break;
+  }
   return deleted;
 }
 

@@ -8,11 +8,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "coordinator/jobs/database_lock.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -35,6 +37,15 @@ struct StoredJob {
   std::string finish_reason, error;
   int64_t created_unix_ms = 0, finished_unix_ms = 0;  // 0: not finished
   std::vector<std::string> tokens;  // opaque per generated token, index = position among generated tokens
+  int64_t generated = 0;            // how many tokens are stored (List fills it, and not `tokens`)
+};
+
+// A page of jobs, newest first.
+struct JobQuery {
+  std::optional<StoredJobState> state;  // only jobs in this state
+  std::optional<std::string> owner;     // only jobs of this owner, and those without one; unset: everyone's
+  int64_t before_seq = 0;               // only jobs submitted before this one (0: from the newest)
+  int64_t limit = 100;
 };
 
 struct JobProgress {  // what UpdateProgress writes
@@ -47,9 +58,10 @@ struct JobProgress {  // what UpdateProgress writes
 // Thread-safe: the coordinator calls from several threads, and one connection is shared under a mutex.
 class JobStore {
  public:
-  // Opens (creating when absent) `<dir>/jobs.sqlite3`; creates `dir` if needed. Journal WAL, synchronous
-  // NORMAL: a commit survives the process being killed (kill -9), not necessarily a power loss. Refuses with
-  // FailedPrecondition, leaving the file untouched, a file that is not an SQLite database, an SQLite
+  // Opens (creating when absent) `<dir>/jobs.sqlite3`; creates `dir` (0700) if needed. Journal WAL,
+  // synchronous NORMAL: a commit survives the process being killed (kill -9), not necessarily a power loss.
+  // Refuses with FailedPrecondition, leaving the file untouched, a database another store holds (another
+  // coordinator: the message names it, database_lock.h), a file that is not an SQLite database, an SQLite
   // database that is not a layerpipe job store, and a job store of another schema version.
   static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& dir);
   ~JobStore();
@@ -66,8 +78,15 @@ class JobStore {
   absl::Status UpdateProgress(const std::string& job_id, const JobProgress& progress);  // NotFound for unknown
   // Every job with its tokens, in seq order.
   absl::StatusOr<std::vector<StoredJob>> LoadAll();
-  // Deletes final jobs whose finished_unix_ms < cutoff (and their tokens); returns how many.
-  absl::StatusOr<int64_t> DeleteFinishedBefore(int64_t cutoff_unix_ms);
+  // The jobs that have not ended, with their tokens, in seq order: what a restart resumes.
+  absl::StatusOr<std::vector<StoredJob>> LoadUnfinished();
+  // One job with its tokens; NotFound for an id that is not (or no longer) stored.
+  absl::StatusOr<StoredJob> LoadJob(const std::string& job_id);
+  // A page of `query`, without requests and tokens (`generated` counts them).
+  absl::StatusOr<std::vector<StoredJob>> List(const JobQuery& query);
+  // Deletes final jobs whose finished_unix_ms < cutoff (and their tokens), oldest first, `batch` jobs per
+  // transaction, at most `max_batches` transactions (-1: until none is left); returns how many.
+  absl::StatusOr<int64_t> DeleteFinishedBefore(int64_t cutoff_unix_ms, int64_t batch = 1000, int64_t max_batches = -1);
   // Whether `job_id` was ever issued.
   absl::StatusOr<bool> WasIssued(const std::string& job_id);
 
@@ -75,9 +94,15 @@ class JobStore {
   class Statement;
   class Transaction;
 
-  JobStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
-  // Checks that the database is an empty one (and gives it the schema) or a job store of our version.
+  JobStore(std::string path, sqlite3* db, DatabaseLock lock)
+      : path_(std::move(path)), lock_(std::move(lock)), db_(db) {}
+  // Checks that the database is an empty one (and gives it the schema) or a job store of our version (or
+  // of version 1, which it upgrades).
   absl::Status Adopt();
+  // The JOB_COLUMNS of a row (job_store.cc) into `job`.
+  absl::Status ReadJob(const Statement& st, StoredJob* job) const;
+  // Jobs of `jobs_sql` (JOB_COLUMNS then request) with the tokens of `tokens_sql` (job_id, data); mu_ held.
+  absl::StatusOr<std::vector<StoredJob>> Load(const char* jobs_sql, const char* tokens_sql);
   // Prepared once and kept, handed out reset and unbound: the same SQL must not be prepared again while its
   // Statement is alive.
   absl::StatusOr<Statement> Prepare(const char* sql);
@@ -87,6 +112,9 @@ class JobStore {
   absl::Status Refuse(const std::string& why) const;
 
   const std::string path_;
+  // Declared before db_'s users and destroyed after the destructor has closed the connection: releasing
+  // it first would drop SQLite's own locks on the file (database_lock.h).
+  DatabaseLock lock_;
   // Serialises all use of the connection: it is opened without sqlite's own locking.
   std::mutex mu_;
   sqlite3* const db_;

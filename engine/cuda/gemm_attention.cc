@@ -45,7 +45,7 @@ absl::Status GemmAttention::Prepare(std::vector<GemmSlice> slices) {
       bytes = std::max(bytes, GemmScratchFor(b, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_dim).total);
     }
     for (const GemmQueryBlock& b : g.full) {
-      bytes = std::max(bytes, GemmScratchFor(b, cfg_.num_heads, cfg_.num_global_kv_heads, cfg_.global_head_dim).total);
+      bytes = std::max(bytes, GemmScratchFor(b, cfg_.num_heads, cfg_.FullKvHeads(), cfg_.global_head_dim).total);
     }
   }
   bool moved = false;  // never captured in a graph, so moving it costs nothing

@@ -49,7 +49,7 @@ StepPlanner::StepPlanner(const ModelConfig& cfg, int num_local, int sm_count, bo
   pairs_sliding_ = cfg_.rope_sliding.Pairs(cfg_.head_dim);
   pairs_full_ = cfg_.rope_full.Pairs(cfg_.global_head_dim);
   blocking_sliding_ = BlockingFor(cfg_.num_heads, std::max(1, cfg_.num_kv_heads));
-  blocking_full_ = BlockingFor(cfg_.num_heads, std::max(1, cfg_.num_global_kv_heads));
+  blocking_full_ = BlockingFor(cfg_.num_heads, std::max(1, cfg_.FullKvHeads()));
 }
 
 HostStep StepPlanner::Plan(absl::Span<const SequenceSlice> slices) const {
@@ -100,7 +100,7 @@ HostStep StepPlanner::Plan(absl::Span<const SequenceSlice> slices) const {
   sh.splits_sliding = ChooseSplits(int64_t(sh.tiles_sliding) * cfg_.num_kv_heads * blocking_sliding_.head_chunks,
                                    cfg_.sliding_window + blocking_sliding_.rows_per_tile - 1, sm_count_);
   sh.last_keys = !st.last_key.empty();
-  sh.splits_full = ChooseSplits(int64_t(sh.tiles_full) * cfg_.num_global_kv_heads * blocking_full_.head_chunks,
+  sh.splits_full = ChooseSplits(int64_t(sh.tiles_full) * cfg_.FullKvHeads() * blocking_full_.head_chunks,
                                 cfg_.max_position_embeddings, sm_count_);
   sh.layout = LayoutFor(b, rows, st.tiles_sliding.size(), st.tiles_full.size(), num_local_, pairs_sliding_,
                         pairs_full_, st.ptrs.size(), sh.last_keys);

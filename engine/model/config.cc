@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "common/json_shown.h"
+#include "engine/model/quantization_config.h"
 
 namespace layerpipe {
 namespace {
@@ -196,7 +197,7 @@ absl::Status Validate(const ModelConfig& c, const std::string& src) {
     return Err(src, absl::StrCat("num_attention_heads (", c.num_heads, ") is not a multiple of num_key_value_heads (",
                                  c.num_kv_heads, ")"));
   }
-  if (c.num_heads % c.num_global_kv_heads != 0) {
+  if (c.k_eq_v && c.num_heads % c.num_global_kv_heads != 0) {  // only k_eq_v full layers use it
     return Err(src, absl::StrCat("num_attention_heads (", c.num_heads,
                                  ") is not a multiple of num_global_key_value_heads (", c.num_global_kv_heads, ")"));
   }
@@ -366,6 +367,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const
     *dst = static_cast<int32_t>(id);
   }
   if (auto st = Validate(c, source); !st.ok()) return st;
+  if (auto st = ParseCheckpointQuantization(root, source, &c.quantization); !st.ok()) return st;
   if (tc != &root) {
     if (auto st = ParseMultimodal(root, &c, source); !st.ok()) return st;
   }

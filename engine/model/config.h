@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model/quantization_config.h"
 
 namespace layerpipe {
 
@@ -65,7 +66,7 @@ struct ModelConfig {
   int head_dim = 0;             // sliding layers
   int num_kv_heads = 0;         // sliding layers
   int global_head_dim = 0;      // full layers
-  int num_global_kv_heads = 0;  // full layers
+  int num_global_kv_heads = 0;  // full layers, when k_eq_v (FullKvHeads)
   std::vector<LayerType> layer_types;
   bool k_eq_v = false;
   int64_t sliding_window = 0;
@@ -80,13 +81,16 @@ struct ModelConfig {
   VisionConfig vision;
   AudioConfig audio;
   MultimodalTokenIds mm_ids;
+  // A checkpoint quantized ahead of time (Google's QAT int4 release): its decoder Linears are packed.
+  CheckpointQuantization quantization;
 
   int HeadDim(int layer) const {
     return layer_types[layer] == LayerType::kFull ? global_head_dim : head_dim;
   }
-  int KvHeads(int layer) const {
-    return layer_types[layer] == LayerType::kFull ? num_global_kv_heads : num_kv_heads;
-  }
+  // KV heads of a full layer, as HF counts them: num_global_key_value_heads only with k_eq_v (where
+  // V is the raw key); without it a full layer has num_key_value_heads, like a sliding one.
+  int FullKvHeads() const { return k_eq_v ? num_global_kv_heads : num_kv_heads; }
+  int KvHeads(int layer) const { return layer_types[layer] == LayerType::kFull ? FullKvHeads() : num_kv_heads; }
   const RopeConfig& Rope(int layer) const {
     return layer_types[layer] == LayerType::kFull ? rope_full : rope_sliding;
   }

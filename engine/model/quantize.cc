@@ -22,6 +22,17 @@ absl::StatusOr<WeightFormat> ParseQuantization(std::string_view name) {
       absl::StrCat("--quantize must be none, int8 or int4, got \"", std::string(name), "\""));
 }
 
+absl::StatusOr<WeightFormat> ParseHeadQuantization(std::string_view name) {
+  if (name == "none") return WeightFormat::kBf16;
+  if (name == "int8") return WeightFormat::kInt8;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--quantize-head must be none or int8, got \"", std::string(name), "\""));
+}
+
+std::string QuantizationName(WeightFormat format) {
+  return format == WeightFormat::kBf16 ? "none" : std::string(WeightFormatName(format));
+}
+
 uint16_t QuantizeGroupInt8(const float* w, int64_t n, int8_t* q) {
   float amax = 0.0f;
   for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(w[i]));
@@ -44,6 +55,15 @@ uint16_t QuantizeGroupInt4(const float* w, int64_t n, int8_t* q) {
     q[i] = s == 0.0f ? int8_t{0} : static_cast<int8_t>(std::clamp(std::rint(w[i] / s), -8.0f, 7.0f));
   }
   return s_bits;
+}
+
+void ForRowRanges(int64_t rows, const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 16);
+  const int64_t part = (rows + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  for (int64_t r0 = part; r0 < rows; r0 += part) pool.emplace_back(fn, r0, std::min(rows, r0 + part));
+  if (rows > 0) fn(0, std::min(rows, part));
+  for (std::thread& th : pool) th.join();
 }
 
 namespace {
@@ -82,16 +102,7 @@ WeightMatrix QuantizePacked(const WeightMatrix& src, WeightFormat format, GroupR
   auto* scales = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(dst) + t.value_bytes());
   // Padding rows and columns stay zero (q = 0, s = 0): they add +0 products.
   std::memset(dst, 0, t.value_bytes() + t.scale_bytes());
-  // Rows are independent (each word and scale belongs to one row): split them over the cores, as the
-  // load of a 12B stage quantizes ~11 G values.
-  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 16);
-  const int64_t part = (src.rows + threads - 1) / threads;
-  std::vector<std::thread> pool;
-  for (int64_t r0 = part; r0 < src.rows; r0 += part) {
-    pool.emplace_back(QuantizeRows, std::cref(src), std::cref(t), rule, r0, std::min(src.rows, r0 + part), words, scales);
-  }
-  QuantizeRows(src, t, rule, 0, std::min(src.rows, part), words, scales);
-  for (std::thread& th : pool) th.join();
+  ForRowRanges(src.rows, [&](int64_t r0, int64_t r1) { QuantizeRows(src, t, rule, r0, r1, words, scales); });
   WeightMatrix m{format, WeightLayout::kTiled, dst, src.rows, src.cols};
   m.scales = scales;
   return m;

@@ -11,6 +11,7 @@
 #define LAYERPIPE_ENGINE_MODEL_QUANTIZE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -22,10 +23,21 @@ namespace layerpipe {
 // "int4" quantizes them; anything else is INVALID_ARGUMENT naming it and the known values.
 absl::StatusOr<WeightFormat> ParseQuantization(std::string_view name);
 
+// The format a --quantize-head value asks for the embedding (tied head): "none" keeps it as stored
+// (kBf16), "int8" quantizes it by the int8 rule; anything else is INVALID_ARGUMENT naming it.
+absl::StatusOr<WeightFormat> ParseHeadQuantization(std::string_view name);
+
+// The --quantize / --quantize-head value that stands for `format` ("none" for kBf16).
+std::string QuantizationName(WeightFormat format);
+
 // The scale and values of one group of n (<= kQuantGroup) values by the int8 rule.
 uint16_t QuantizeGroupInt8(const float* w, int64_t n, int8_t* q);
 // The same by the int4 rule (q in [-8, 7]).
 uint16_t QuantizeGroupInt4(const float* w, int64_t n, int8_t* q);
+
+// Calls fn(r0, r1) on contiguous ranges of [0, rows) from up to one thread per core, and returns when all
+// have run: a load turns ~11 G values of a 12B stage into its format, one row independent of the next.
+void ForRowRanges(int64_t rows, const std::function<void(int64_t r0, int64_t r1)>& fn);
 
 // Quantizes the bf16 [rows, cols] matrix `src` (row-major or tiled) into `format` (a quantized one) at
 // dst, which holds WeightBytes(format, rows, cols) bytes; returns the matrix over dst.

@@ -65,7 +65,9 @@ absl::StatusOr<DType> ParseDType(const std::string& s) {
   if (s == "BF16") return DType::kBF16;
   if (s == "F16") return DType::kF16;
   if (s == "F32") return DType::kF32;
-  return absl::InvalidArgumentError(absl::StrCat("unsupported dtype ", s, " (expected BF16, F16 or F32)"));
+  if (s == "I32") return DType::kI32;
+  if (s == "I64") return DType::kI64;
+  return absl::InvalidArgumentError(absl::StrCat("unsupported dtype ", s, " (expected BF16, F16, F32, I32 or I64)"));
 }
 
 }  // namespace
@@ -75,11 +77,22 @@ const char* DTypeName(DType d) {
     case DType::kBF16: return "BF16";
     case DType::kF16: return "F16";
     case DType::kF32: return "F32";
+    case DType::kI32: return "I32";
+    case DType::kI64: return "I64";
   }
   return "?";
 }
 
-size_t DTypeSize(DType d) { return d == DType::kF32 ? 4 : 2; }
+size_t DTypeSize(DType d) {
+  switch (d) {
+    case DType::kBF16:
+    case DType::kF16: return 2;
+    case DType::kF32:
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+  }
+  return 0;
+}
 
 int64_t TensorInfo::NumElements() const {
   int64_t n = 1;

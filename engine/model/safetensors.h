@@ -16,7 +16,12 @@
 
 namespace layerpipe {
 
-enum class DType { kBF16, kF16, kF32 };
+// Floating dtypes hold weights; the integer ones hold a quantized checkpoint's packed values and shapes
+// (engine/model/compressed_tensors.h).
+enum class DType { kBF16, kF16, kF32, kI32, kI64 };
+
+// Whether a tensor of `d` holds real numbers (what norms, scalars and unquantized matrices need).
+inline bool IsFloatDType(DType d) { return d == DType::kBF16 || d == DType::kF16 || d == DType::kF32; }
 
 const char* DTypeName(DType d);
 size_t DTypeSize(DType d);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "engine/model/bf16.h"
+#include "engine/model/compressed_tensors.h"
 #include "engine/model/quantize.h"
 
 namespace layerpipe {
@@ -70,7 +71,7 @@ std::vector<std::string> VisionNames() {
 
 float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
 
-// Widens any stored dtype to fp32 (norm gains and scalars are tiny).
+// Widens any stored float dtype to fp32 (norm gains and scalars are tiny).
 std::vector<float> ToFloat(const TensorInfo& t) {
   std::vector<float> out(static_cast<size_t>(t.NumElements()));
   for (size_t i = 0; i < out.size(); ++i) {
@@ -88,6 +89,8 @@ std::vector<float> ToFloat(const TensorInfo& t) {
         out[i] = HalfToFloat(v);
         break;
       }
+      case DType::kI32:
+      case DType::kI64: break;  // refused by Loader::Get before any read
     }
   }
   return out;
@@ -100,11 +103,22 @@ class Loader {
   // The same checkpoint, names taken as full names.
   Loader Unprefixed() const { return Loader(ckpt_, "", converted_); }
 
+  const TensorInfo* Find(const std::string& name) const { return ckpt_.Find(prefix_ + name); }
+
   absl::StatusOr<const TensorInfo*> Get(const std::string& name, std::vector<int64_t> shape) {
     std::string full = prefix_ + name;
     const TensorInfo* t = ckpt_.Find(full);
     if (t == nullptr) {
+      if (ckpt_.Has(PackedTensorName(full, kPackedSuffix))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            ckpt_.dir(), ": tensor ", full, " is stored packed (", PackedTensorName(full, kPackedSuffix),
+            ") but config.json has no quantization_config saying how"));
+      }
       return absl::NotFoundError(absl::StrCat(ckpt_.dir(), ": tensor ", full, " is missing from the checkpoint"));
+    }
+    if (!IsFloatDType(t->dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(t->file, ": tensor ", full, " has dtype ", DTypeName(t->dtype),
+                                                     " but a floating-point tensor is needed"));
     }
     if (t->shape != shape) {
       return absl::InvalidArgumentError(absl::StrCat(t->file, ": tensor ", full, " has shape ", t->ShapeString(),
@@ -128,6 +142,28 @@ class Loader {
     for (size_t i = 0; i < f.size(); ++i) dst[i] = F32ToBf16(f[i]);
     *out = WeightMatrix::Bf16(dst.data(), rows, cols);
     return absl::OkStatus();
+  }
+
+  // The tensors of a Linear the checkpoint stores packed (compressed_tensors.h), checked against
+  // [rows, cols]; *found = false where it stores the Linear as it is.
+  absl::Status Packed(const std::string& name, int64_t rows, int64_t cols, int64_t group_size, PackedTensors* out,
+                      bool* found) {
+    for (std::string_view suffix : kRefusedSuffixes) {
+      if (const TensorInfo* t = Find(PackedTensorName(name, suffix))) {
+        return absl::InvalidArgumentError(absl::StrCat(t->file, ": tensor ", t->name,
+                                                       ": zero points and activation order are not served"));
+      }
+    }
+    out->packed = Find(PackedTensorName(name, kPackedSuffix));
+    *found = out->packed != nullptr;
+    if (!*found) return absl::OkStatus();
+    out->scale = Find(PackedTensorName(name, kScaleSuffix));
+    out->shape = Find(PackedTensorName(name, kShapeSuffix));
+    if (out->scale == nullptr) {
+      return absl::NotFoundError(absl::StrCat(ckpt_.dir(), ": tensor ", prefix_, PackedTensorName(name, kScaleSuffix),
+                                              " is missing (", out->packed->name, " needs its scales)"));
+    }
+    return CheckPackedTensors(*out, rows, cols, group_size);
   }
 
   absl::Status Vector(const std::string& name, int64_t n, std::vector<float>* out) {
@@ -192,28 +228,53 @@ bool IsLayerProjection(std::string_view name) {
   return false;
 }
 
-// Quantizes every matrix of `sources` into one allocation of `format`, releasing each source's pages
-// once it is read; returns what the load log says of it.
-absl::StatusOr<std::string> QuantizeLayerMatrices(WeightFormat format,
-                                                  const std::vector<std::pair<WeightMatrix*, const TensorInfo*>>& sources,
-                                                  std::unique_ptr<HugePageBuffer>* buffer) {
+// A layer matrix that is resident in a quantized format: a bf16 one quantized at load (packed.packed
+// null), or one the checkpoint ships packed.
+struct QuantizedSource {
+  WeightMatrix* matrix;           // the bf16 matrix as read, or only its shape for a packed one
+  const TensorInfo* source;       // what it was read from
+  PackedTensors packed;
+  WeightFormat format;            // what it is quantized into (kInt4 for a packed one)
+};
+
+// Builds every matrix of `sources` in one allocation, quantizing or unpacking each and releasing the
+// pages it was read from; returns what the load log says of it.
+absl::StatusOr<std::string> BuildQuantizedMatrices(int64_t group_size, const std::vector<QuantizedSource>& sources,
+                                                   std::unique_ptr<HugePageBuffer>* buffer) {
   const auto start = std::chrono::steady_clock::now();
   auto round_up = [](size_t v) { return (v + 63) / 64 * 64; };  // each matrix 64-byte aligned
   size_t total = 0;
-  for (const auto& [m, t] : sources) total += round_up(WeightBytes(format, m->rows, m->cols));
+  for (const QuantizedSource& s : sources) total += round_up(WeightBytes(s.format, s.matrix->rows, s.matrix->cols));
   if (total == 0) return std::string();
   auto allocated = HugePageBuffer::Allocate(total);
   if (!allocated.ok()) return allocated.status();
-  size_t at = 0;
-  for (const auto& [m, t] : sources) {
-    *m = Quantize(*m, format, (*allocated)->data() + at);
-    at += round_up(m->bytes());
-    ReleasePages(*t);
+  size_t at = 0, unpacked = 0;
+  std::array<size_t, kWeightFormatCount> quantized{};
+  for (const QuantizedSource& s : sources) {
+    void* dst = (*allocated)->data() + at;
+    if (s.packed.packed) {
+      *s.matrix = UnpackInt4(s.packed, s.matrix->rows, s.matrix->cols, group_size, dst);
+      ReleasePages(*s.packed.packed);
+      ReleasePages(*s.packed.scale);
+      ++unpacked;
+    } else {
+      *s.matrix = Quantize(*s.matrix, s.format, dst);
+      ReleasePages(*s.source);
+      ++quantized[static_cast<size_t>(s.format)];
+    }
+    at += round_up(s.matrix->bytes());
   }
   *buffer = std::move(*allocated);
-  return absl::StrFormat("; %zu matrices quantized to %s in %.2f s", sources.size(),
-                         std::string(WeightFormatName(format)),
-                         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<std::string> parts;
+  if (unpacked > 0) parts.push_back(absl::StrFormat("%zu matrices int4 as shipped", unpacked));
+  for (int f = 0; f < kWeightFormatCount; ++f) {
+    if (quantized[f] > 0) {
+      parts.push_back(absl::StrFormat("%zu matrices quantized to %s", quantized[f],
+                                      std::string(WeightFormatName(WeightFormat(f)))));
+    }
+  }
+  return absl::StrFormat("; %s in %.2f s", absl::StrJoin(parts, ", "), seconds);
 }
 
 }  // namespace
@@ -226,6 +287,13 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     return absl::InvalidArgumentError(absl::StrCat("layer range [", sel.layer_begin, ", ", sel.layer_end,
                                                    ") is outside the model's ", config.num_layers, " layers"));
   }
+  const bool packed_checkpoint = config.quantization.packed;
+  if (packed_checkpoint && options.quantize != WeightFormat::kBf16) {
+    // Re-quantizing quantization-aware-trained weights measurably hurts them: they are served as shipped.
+    return absl::InvalidArgumentError(absl::StrCat(
+        model_dir, " is already quantized (", config.quantization.Describe(), ") and is served as shipped: --quantize ",
+        std::string(WeightFormatName(options.quantize)), " would re-quantize it; use --quantize none"));
+  }
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> needed = NeededNames(config, sel);
   std::set<std::string, std::less<>> needed_set(needed.begin(), needed.end());
@@ -233,16 +301,24 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     for (std::string& n : VisionNames()) needed_set.insert(std::move(n));
     needed_set.insert(kAudioProjection);
   }
-  auto wanted = [&](std::string_view name) {
+  auto wanted = [&](std::string_view tensor_name) {
+    // A packed Linear's tensors are wanted where its weight is (and found, to be named, in a checkpoint
+    // whose config does not declare them).
+    const std::string_view name = WeightNameOf(tensor_name);
     if (needed_set.count(name)) return true;
     for (const char* p : kPrefixes) {
       if (name.rfind(p, 0) == 0 && needed_set.count(name.substr(std::strlen(p)))) return true;
     }
     return false;
   };
-  // Quantized matrices are read once from the mapping, never copied.
+  // Matrices to quantize, and packed ones, are read once from the mapping, never copied.
   const bool quantizing = options.quantize != WeightFormat::kBf16;
-  auto quantized_here = [&](std::string_view name) { return quantizing && IsLayerProjection(name); };
+  const bool quantizing_head = options.quantize_head != WeightFormat::kBf16;
+  auto quantized_here = [&](std::string_view name) {
+    const std::string_view weight = WeightNameOf(name);
+    if (quantizing_head && (name == "embed_tokens.weight" || name.ends_with(".embed_tokens.weight"))) return true;
+    return IsLayerProjection(weight) && (quantizing || (packed_checkpoint && weight != name));
+  };
   auto ckpt = Checkpoint::Open(model_dir, wanted, options.huge_pages, quantized_here);
   if (!ckpt.ok()) return ckpt.status();
 
@@ -256,8 +332,13 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   }
   Loader ld(**ckpt, prefix, &w->converted_);
   const int64_t H = config.hidden_size, I = config.intermediate_size;
+  // Every matrix resident quantized, and what it is read from. layers_ is reserved below: the pointers
+  // stay.
+  std::vector<QuantizedSource> sources;
   if (sel.embedding || sel.head) {
-    if (auto st = ld.Matrix("embed_tokens.weight", config.vocab_size, H, &w->embed_); !st.ok()) return st;
+    const TensorInfo* source = nullptr;
+    if (auto st = ld.Matrix("embed_tokens.weight", config.vocab_size, H, &w->embed_, &source); !st.ok()) return st;
+    if (quantizing_head) sources.push_back({&w->embed_, source, {}, options.quantize_head});
   }
   if (sel.head) {
     if (auto st = ld.Vector("norm.weight", H, &w->final_norm_); !st.ok()) return st;
@@ -266,8 +347,6 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     Loader full_names = ld.Unprefixed();
     if (auto st = LoadEmbedders(config, full_names, &w->vision_, &w->audio_); !st.ok()) return st;
   }
-  // Every layer projection and the tensor it was read from. layers_ is reserved: the pointers stay.
-  std::vector<std::pair<WeightMatrix*, const TensorInfo*>> sources;
   w->layers_.reserve(sel.layer_end - sel.layer_begin);
   for (int l = sel.layer_begin; l < sel.layer_end; ++l) {
     LayerWeights& L = w->layers_.emplace_back();
@@ -275,9 +354,24 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     auto n = [&](const char* s) { return LayerName(l, s); };
     absl::Status st;
     auto matrix = [&](const char* s, int64_t rows, int64_t cols, WeightMatrix* out) {
+      if (packed_checkpoint) {
+        QuantizedSource q{out, nullptr, {}, WeightFormat::kInt4};
+        bool found = false;
+        if (auto st = ld.Packed(n(s), rows, cols, config.quantization.group_size, &q.packed, &found); !st.ok()) {
+          return st;
+        }
+        if (found) {
+          out->rows = rows;
+          out->cols = cols;
+          q.source = q.packed.packed;
+          sources.push_back(q);
+          return absl::OkStatus();
+        }
+        // Not packed: a module the config's ignore list keeps as stored.
+      }
       const TensorInfo* source = nullptr;
       absl::Status st = ld.Matrix(n(s), rows, cols, out, &source);
-      if (st.ok()) sources.emplace_back(out, source);
+      if (st.ok() && quantizing) sources.push_back({out, source, {}, options.quantize});
       return st;
     };
     if (st = matrix("self_attn.q_proj.weight", nh * hd, H, &L.q_proj); !st.ok()) return st;
@@ -301,8 +395,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     L.layer_scalar = scalar[0];
   }
   std::string quantized;
-  if (quantizing) {
-    auto q = QuantizeLayerMatrices(options.quantize, sources, &w->quantized_);
+  if (!sources.empty()) {
+    auto q = BuildQuantizedMatrices(config.quantization.group_size, sources, &w->quantized_);
     if (!q.ok()) return q.status();
     quantized = *q;
   }
@@ -331,6 +425,10 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   size_t bytes = 0;
   for (const std::string& name : needed) {
     if (const TensorInfo* t = (*ckpt)->Find(prefix + name)) bytes += t->nbytes;
+    if (!packed_checkpoint) continue;
+    for (std::string_view suffix : {kPackedSuffix, kScaleSuffix, kShapeSuffix}) {
+      if (const TensorInfo* t = (*ckpt)->Find(PackedTensorName(prefix + name, suffix))) bytes += t->nbytes;
+    }
   }
   if (sel.embedding) {
     std::vector<std::string> embedders = VisionNames();

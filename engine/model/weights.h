@@ -51,12 +51,15 @@ struct WeightSelection {
 // stage (every CPU matmul kernel reads that order).
 // quantize: the format every decoder layer's projection matrix is quantized into while it loads
 // (engine/model/quantize.h), read once from the mapping and then released, so that the quantized bytes
-// are what the process holds; kBf16 keeps them as stored. The embedding (tied head) and the embedders
-// stay as stored.
+// are what the process holds; kBf16 keeps them as stored. The embedders stay as stored.
+// quantize_head: the same for the embedding (the tied head, where a stage holds either): kBf16 keeps it
+// as stored, kInt8 quantizes it by the int8 rule, so that token lookups and the head read the same q · s
+// on every stage.
 struct WeightLoadOptions {
   bool huge_pages = false;
   bool tile_layer_matrices = false;
   WeightFormat quantize = WeightFormat::kBf16;
+  WeightFormat quantize_head = WeightFormat::kBf16;
 };
 
 class ModelWeights {
@@ -97,7 +100,8 @@ class ModelWeights {
   bool matrices_tiled_ = false;
   // Matrices stored as F16/F32 on disk are converted to bf16 here; bf16 ones stay in the mapping.
   std::vector<std::vector<uint16_t>> converted_;
-  // The quantized matrices (WeightLoadOptions::quantize), all in one allocation.
+  // The quantized matrices (WeightLoadOptions::quantize and quantize_head, and a packed checkpoint's
+  // layers unpacked), all in one allocation.
   std::unique_ptr<HugePageBuffer> quantized_;
 };
 

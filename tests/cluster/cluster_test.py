@@ -702,6 +702,41 @@ def test_quantized_weights(env):
     check(bytes(p.out) == want, f"one-shot int8 output:\n  local    {want!r}\n  one-shot {bytes(p.out)!r}")
     print("  ok: layerpipe cluster --quantize int8")
 
+    # The embedding / tied head too: the first worker looks tokens up and the last computes the head from
+    # the same int8 embedding, so the tokens are local --quantize-head int8's.
+    p = env.start(cluster_argv(env, 2, "--quantize", "int8", "--quantize-head", "int8", "--", "generate", *gen),
+                  "oneshot_int8_head")
+    rc = p.wait(CLIENT_TIMEOUT)
+    check(rc == 0, f"one-shot int8 head cluster exited {rc}\n{p.tail()}")
+    want, _ = env.layerpipe_ok("generate", "--model", env.model, "--precision", "fp32", "--threads", "2",
+                               "--quantize", "int8", "--quantize-head", "int8", *gen)
+    check(bytes(p.out) == want, f"one-shot int8 head output:\n  local    {want!r}\n  one-shot {bytes(p.out)!r}")
+    # The tokens of this small model do not change with the head's quantization: the last stage's load line
+    # shows that its embedding is int8 (it holds no embedders, so nothing of it stays bf16).
+    resident = re.findall(r"loaded [^\n]*\+ head [^\n]*; matrices ([^;]*);", p.stderr_text())
+    check(len(resident) == 1 and "int8" in resident[0] and "bf16" not in resident[0],
+          f"the head stage does not hold an int8 embedding: {resident}\n{p.tail()}")
+    print("  ok: layerpipe cluster --quantize-head int8")
+
+    # Google's QAT layout, served as shipped by 2 workers: the tokens of its bf16 twin quantized to int4
+    # at load (make-checkpoint quantizes by the same rule), and --quantize on it is refused.
+    qat = os.path.join(os.path.dirname(env.model), "model_w4a16")
+    shutil.rmtree(qat, ignore_errors=True)
+    env.layerpipe_ok("make-checkpoint", "--out", qat, "--tokenizer", env.tokenizer, *CHECKPOINT_FLAGS,
+                     "--quantization", "w4a16")
+    argv = cluster_argv(env, 2, "--", "generate", *gen)
+    argv[argv.index("--model") + 1] = qat
+    p = env.start(argv, "oneshot_w4a16")
+    rc = p.wait(CLIENT_TIMEOUT)
+    check(rc == 0, f"one-shot w4a16 cluster exited {rc}\n{p.tail()}")
+    want, _ = env.layerpipe_ok("generate", "--model", env.model, "--precision", "fp32", "--threads", "2",
+                               "--quantize", "int4", *gen)
+    check(bytes(p.out) == want, f"one-shot w4a16 output:\n  local int4 {want!r}\n  one-shot   {bytes(p.out)!r}")
+    check("int4 as shipped" in p.stderr_text(), f"the w4a16 workers did not say they load int4 as shipped:\n{p.tail()}")
+    rc, _, err = env.layerpipe("generate", "--model", qat, "--quantize", "int8", *gen)
+    check(rc != 0 and "already quantized" in err, f"generate --quantize int8 on w4a16 exited {rc}: {err[-500:]}")
+    print("  ok: layerpipe cluster on a w4a16 checkpoint = local --quantize int4 of its bf16 twin")
+
     p = env.start([os.path.join(env.bin, "layerpipe-coordinator"), "--listen", "127.0.0.1:0", "--model", env.model,
                    "--workers", "127.0.0.1:1", "--quantize", "int3"], "coordinator_bad_quantize")
     rc = p.wait(CLIENT_TIMEOUT)

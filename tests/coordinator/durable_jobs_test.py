@@ -6,6 +6,9 @@
   and ends each with exactly the tokens of an undisturbed run (greedy and seeded sampling alike), and
   StreamJob from an offset works across the restart; new job ids are never old ones;
 - finished jobs are deleted after --job-retention, in memory and on disk;
+- without --state-dir the jobs are kept in the default state directory (the XDG rule, made 0700) and survive
+  a restart; a second coordinator on that directory refuses to start and names the first; --state-dir ''
+  keeps them in memory and warns;
 - a state directory whose database is corrupt, or is another application's SQLite database, stops the
   coordinator at start with a message naming the file, and the file is left as it was.
 
@@ -14,6 +17,7 @@
 
 import argparse
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -59,17 +63,131 @@ class DurableJobsTest(unittest.TestCase):
         cls.coordinator = None
 
     @classmethod
-    def start(cls, argv, name):
-        p = Process(argv, name, ARGS.work)
+    def start(cls, argv, name, env=None):
+        p = Process(argv, name, ARGS.work, env=env)
         cls.procs.append(p)
         return p
 
-    def start_coordinator(self, state_dir, *flags):
-        """A coordinator over the same workers; returns (process, channel) once it serves."""
+    def start_coordinator(self, state_dir, *flags, env=None, wait=True):
+        """A coordinator over the same workers; returns (process, channel) once it serves. state_dir None
+        passes no --state-dir."""
+        state = [] if state_dir is None else ["--state-dir", state_dir]
         c = self.start([f"{ARGS.bin}/layerpipe-coordinator", "--listen", "127.0.0.1:0", "--model", self.model,
-                        "--workers", self.worker_addresses, "--prefill-chunk", "32", "--state-dir", state_dir,
-                        *flags], "coordinator")
-        return c, grpc.insecure_channel(c.wait_listening(STARTUP_TIMEOUT))
+                        "--workers", self.worker_addresses, "--prefill-chunk", "32", *state, *flags], "coordinator",
+                       env=env)
+        return (c, grpc.insecure_channel(c.wait_listening(STARTUP_TIMEOUT))) if wait else (c, None)
+
+    @staticmethod
+    def home_env(home):
+        """This environment with HOME at `home` and neither state variable set (empty counts as unset)."""
+        shutil.rmtree(home, ignore_errors=True)
+        os.makedirs(home)
+        return dict(os.environ, HOME=home, LAYERPIPE_STATE_DIR="", XDG_STATE_HOME="")
+
+    def test_jobs_are_durable_by_default_and_one_coordinator_holds_them(self):
+        env = self.home_env(os.path.join(ARGS.work, "home_default"))
+        state = os.path.join(env["HOME"], ".local", "state", "layerpipe")
+        c, ch = self.start_coordinator(None, env=env)
+        c.wait_stderr(r"jobs are kept in " + re.escape(state), 10)
+        self.assertEqual(os.stat(state).st_mode & 0o777, 0o700)
+        short = pb.GenerateRequest(ids=pb.TokenIds(ids=[2, 5, 6]), max_new_tokens=4, stop_ids=[999999])
+        done = self.unary(ch, "SubmitJob", pb.SubmitJobRequest(request=short), pb.SubmitJobResponse).job_id
+        want = list(self.wait_until(ch, done, lambda j: j.state == pb.JOB_SUCCEEDED, "succeeded").ids)
+        running = self.submit(ch, sampled=False)
+        self.wait_until(ch, running, lambda j: j.generated_tokens > 0, "decoded")
+
+        # A second coordinator on the same directory refuses before it serves, naming the holder.
+        second, _ = self.start_coordinator(None, env=env, wait=False)
+        self.assertEqual(second.wait(30), 1, second.tail())
+        self.assertIn("is in use by another coordinator", second.stderr_text())
+        self.assertIn(f"pid {c.pid} on host ", second.stderr_text())
+        self.assertEqual(self.job(ch, done).state, pb.JOB_SUCCEEDED)  # the first one serves on
+
+        c.kill_group()
+        c, ch = self.start_coordinator(None, env=env)
+        self.assertEqual(list(self.job(ch, done).ids), want)
+        info = self.wait_until(ch, running, lambda j: j.state in (pb.JOB_SUCCEEDED, pb.JOB_FAILED), "ended")
+        self.assertEqual(info.state, pb.JOB_SUCCEEDED, info.error)
+        self.assertEqual(len(info.ids), NEW)
+        listed = self.unary(ch, "ListJobs", pb.ListJobsRequest(), pb.ListJobsResponse)
+        self.assertEqual([j.job_id for j in listed.jobs], [running, done])  # newest first
+        c.kill_group()
+
+    def pages(self, channel, size, state=0):
+        """Every page of ListJobs at `size` (state 0: every state), as lists of ids, following next_page_token."""
+        pages, token = [], ""
+        while True:
+            resp = self.unary(channel, "ListJobs", pb.ListJobsRequest(page_size=size, page_token=token, state=state),
+                              pb.ListJobsResponse)
+            pages.append([j.job_id for j in resp.jobs])
+            token = resp.next_page_token
+            if not token:
+                return pages
+
+    def check_pages(self, channel, ids, succeeded):
+        """ids in submission order; succeeded: those of them that succeeded."""
+        newest = ids[::-1]
+        self.assertEqual(self.pages(channel, 3), [newest[i:i + 3] for i in range(0, len(newest), 3)])
+        self.assertEqual(self.pages(channel, 0), [newest])  # the default page (100) holds them all
+        self.assertEqual(self.pages(channel, 2, pb.JOB_SUCCEEDED),
+                         [succeeded[::-1][i:i + 2] for i in range(0, len(succeeded), 2)])
+        first = self.unary(channel, "ListJobs", pb.ListJobsRequest(page_size=2, state=pb.JOB_SUCCEEDED), pb.ListJobsResponse)
+        for bad, needle in [(pb.ListJobsRequest(page_size=2, page_token=first.next_page_token), "state succeeded"),
+                            (pb.ListJobsRequest(page_token="not-a-token"), "page_token"),
+                            (pb.ListJobsRequest(page_size=-1), "page_size")]:
+            with self.assertRaises(grpc.RpcError) as err:
+                self.unary(channel, "ListJobs", bad, pb.ListJobsResponse)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, bad)
+            self.assertIn(needle, err.exception.details())
+
+    def test_list_jobs_pages_newest_first_from_memory_and_from_the_store(self):
+        state = os.path.join(ARGS.work, "state_pages")
+        shutil.rmtree(state, ignore_errors=True)
+        c, ch = self.start_coordinator(state)
+        ids = []
+        for i in range(8):
+            short = pb.GenerateRequest(ids=pb.TokenIds(ids=[2, 5, 6 + i]), max_new_tokens=2, stop_ids=[999999])
+            ids.append(self.unary(ch, "SubmitJob", pb.SubmitJobRequest(request=short), pb.SubmitJobResponse).job_id)
+            self.wait_until(ch, ids[-1], lambda j: j.state == pb.JOB_SUCCEEDED, "succeeded")
+        ids.append(self.submit(ch, sampled=False))  # a long one, cancelled
+        self.unary(ch, "CancelJob", pb.CancelJobRequest(job_id=ids[-1]), pb.JobInfo)
+        self.wait_until(ch, ids[-1], lambda j: j.state == pb.JOB_CANCELLED, "cancelled")
+        self.check_pages(ch, ids, ids[:8])
+        c.kill_group()
+        # After a restart every one of them is finished: the pages and each job come from the store alone.
+        c, ch = self.start_coordinator(state)
+        c.wait_stderr(r"resumed 0 unfinished jobs", 10)
+        self.check_pages(ch, ids, ids[:8])
+        self.assertEqual(self.job(ch, ids[0]).generated_tokens, 2)
+        self.assertEqual(len(self.job(ch, ids[0]).ids), 2)
+        self.assertEqual(self.stream(ch, "StreamJob", pb.StreamJobRequest(job_id=ids[1], offset=1)),
+                         list(self.job(ch, ids[1]).ids)[1:])
+        self.assertEqual(self.job(ch, ids[-1]).state, pb.JOB_CANCELLED)
+        c.kill_group()
+        # In memory (--state-dir ''), the same pages.
+        c, ch = self.start_coordinator("")
+        mem = []
+        for i in range(5):
+            short = pb.GenerateRequest(ids=pb.TokenIds(ids=[2, 5, 6 + i]), max_new_tokens=2, stop_ids=[999999])
+            mem.append(self.unary(ch, "SubmitJob", pb.SubmitJobRequest(request=short), pb.SubmitJobResponse).job_id)
+            self.wait_until(ch, mem[-1], lambda j: j.state == pb.JOB_SUCCEEDED, "succeeded")
+        self.check_pages(ch, mem, mem)
+        c.kill_group()
+
+    def test_an_empty_state_dir_keeps_jobs_in_memory_and_warns(self):
+        env = self.home_env(os.path.join(ARGS.work, "home_memory"))
+        c, ch = self.start_coordinator("", env=env)
+        c.wait_stderr(r"--state-dir '': jobs are kept in memory only", 10)
+        short = pb.GenerateRequest(ids=pb.TokenIds(ids=[2, 5, 6]), max_new_tokens=2, stop_ids=[999999])
+        job_id = self.unary(ch, "SubmitJob", pb.SubmitJobRequest(request=short), pb.SubmitJobResponse).job_id
+        self.wait_until(ch, job_id, lambda j: j.state == pb.JOB_SUCCEEDED, "succeeded")
+        self.assertEqual(os.listdir(env["HOME"]), [], "a coordinator told to keep jobs in memory wrote a state dir")
+        c.kill_group()
+        c, ch = self.start_coordinator("", env=env)
+        with self.assertRaises(grpc.RpcError) as err:
+            self.job(ch, job_id)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.NOT_FOUND)
+        c.kill_group()
 
     def unary(self, channel, method, request, response_type):
         call = channel.unary_unary(f"/layerpipe.v1.LayerPipe/{method}", request_serializer=type(request).SerializeToString,
@@ -151,7 +269,7 @@ class DurableJobsTest(unittest.TestCase):
         c, ch = self.start_coordinator(state)
 
         listed = self.unary(ch, "ListJobs", pb.ListJobsRequest(), pb.ListJobsResponse)
-        self.assertEqual([j.job_id for j in listed.jobs], missed + [ids["prefill"], ids["decode"], ids["sampled"]])
+        self.assertEqual([j.job_id for j in listed.jobs], [ids["sampled"], ids["decode"], ids["prefill"]] + missed[::-1])
         for name, job_id in ids.items():
             info = self.wait_until(ch, job_id, lambda j: j.state in (pb.JOB_SUCCEEDED, pb.JOB_FAILED), "ended")
             self.assertEqual(info.state, pb.JOB_SUCCEEDED, f"{name}: {info.error}")

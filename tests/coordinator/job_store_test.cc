@@ -9,11 +9,13 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/jobs/state_dir.h"
 
 namespace layerpipe {
 namespace {
@@ -312,7 +314,7 @@ TEST_F(JobStoreTest, OpenCreatesDirectoriesAndAdoptsAnEmptyFile) {
   EXPECT_TRUE(fs::exists(path_));
   EXPECT_EQ(Query("PRAGMA journal_mode"), "wal");
   EXPECT_EQ(Query("SELECT value FROM meta WHERE key = 'application'"), "layerpipe-jobs");
-  EXPECT_EQ(Query("SELECT value FROM meta WHERE key = 'schema_version'"), "1");
+  EXPECT_EQ(Query("SELECT value FROM meta WHERE key = 'schema_version'"), "2");
 
   fs::remove(path_);
   std::ofstream(path_).close();
@@ -370,9 +372,9 @@ TEST_F(JobStoreTest, OpenRefusesAnotherSchemaVersion) {
     StoredJob job = Job("a");
     ASSERT_TRUE(store->Insert(&job).ok());
   }
-  Sql("UPDATE meta SET value = '2' WHERE key = 'schema_version';");
-  ExpectRefused("schema version '2', expected '1'");
-  EXPECT_EQ(Query("SELECT value FROM meta WHERE key = 'schema_version'"), "2");
+  Sql("UPDATE meta SET value = '3' WHERE key = 'schema_version';");
+  ExpectRefused("schema version '3', expected '2'");
+  EXPECT_EQ(Query("SELECT value FROM meta WHERE key = 'schema_version'"), "3");
   EXPECT_EQ(Query("SELECT job_id FROM jobs"), "a");
 }
 
@@ -437,6 +439,243 @@ TEST_F(JobStoreTest, ServesSeveralThreads) {
     EXPECT_EQ((*jobs)[i].seq, static_cast<int64_t>(i + 1));
     EXPECT_EQ((*jobs)[i].tokens, (std::vector<std::string>{"0", "1", "2", "3", "4", "5", "6", "7"}));
     EXPECT_EQ((*jobs)[i].state, StoredJobState::kSucceeded);
+  }
+}
+
+// 30 jobs: owners alice, bob and nobody in turn; every third one succeeded, the others decoding; job i
+// has i % 4 tokens.
+void FillForListing(JobStore* store) {
+  for (int i = 0; i < 30; ++i) {
+    StoredJob job;
+    job.job_id = absl::StrCat("j", i);
+    job.owner = i % 3 == 0 ? "alice" : i % 3 == 1 ? "bob" : "";
+    job.request = "req";
+    job.prompt_tokens = i;
+    ASSERT_TRUE(store->Insert(&job).ok());
+    std::vector<std::string> tokens;
+    for (int t = 0; t < i % 4; ++t) tokens.push_back("t");
+    ASSERT_TRUE(store->AppendTokens(job.job_id, 0, tokens).ok());
+    JobProgress p{.state = i % 3 == 2 ? StoredJobState::kSucceeded : StoredJobState::kDecoding, .prefilled = i};
+    if (p.state == StoredJobState::kSucceeded) p.finished_unix_ms = 1000 + i;
+    ASSERT_TRUE(store->UpdateProgress(job.job_id, p).ok());
+  }
+}
+
+std::vector<std::string> Page(JobStore* store, const JobQuery& q) {
+  absl::StatusOr<std::vector<StoredJob>> jobs = store->List(q);
+  EXPECT_TRUE(jobs.ok()) << jobs.status();
+  return jobs.ok() ? Ids(*jobs) : std::vector<std::string>{};
+}
+
+TEST_F(JobStoreTest, ListPagesNewestFirst) {
+  std::unique_ptr<JobStore> store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  FillForListing(store.get());
+  absl::StatusOr<std::vector<StoredJob>> first = store->List({.limit = 12});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 12u);
+  std::vector<std::string> seen;
+  for (size_t k = 0; k < first->size(); ++k) {
+    const StoredJob& job = (*first)[k];
+    const int i = 29 - static_cast<int>(k);
+    EXPECT_EQ(job.job_id, absl::StrCat("j", i));
+    EXPECT_EQ(job.seq, i + 1);
+    EXPECT_EQ(job.prompt_tokens, i);
+    EXPECT_EQ(job.prefilled, i);
+    EXPECT_EQ(job.generated, i % 4) << job.job_id;
+    EXPECT_TRUE(job.request.empty() && job.tokens.empty()) << "a listing carries no requests or tokens";
+    seen.push_back(job.job_id);
+  }
+  // The middle page starts after the first's oldest, the last one is short, and nothing follows it.
+  std::vector<std::string> middle = Page(store.get(), {.before_seq = first->back().seq, .limit = 12});
+  ASSERT_EQ(middle.size(), 12u);
+  EXPECT_EQ(middle.front(), "j17");
+  std::vector<std::string> last = Page(store.get(), {.before_seq = 6, .limit = 12});
+  EXPECT_EQ(last, (std::vector<std::string>{"j4", "j3", "j2", "j1", "j0"}));
+  EXPECT_TRUE(Page(store.get(), {.before_seq = 1, .limit = 12}).empty());
+  EXPECT_TRUE(Page(store.get(), {.limit = 0}).empty());
+}
+
+TEST_F(JobStoreTest, ListFiltersByStateAndOwner) {
+  std::unique_ptr<JobStore> store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  FillForListing(store.get());
+  EXPECT_EQ(Page(store.get(), {.state = StoredJobState::kSucceeded, .limit = 4}),
+            (std::vector<std::string>{"j29", "j26", "j23", "j20"}));
+  EXPECT_EQ(Page(store.get(), {.state = StoredJobState::kSucceeded, .before_seq = 21, .limit = 100}),
+            (std::vector<std::string>{"j17", "j14", "j11", "j8", "j5", "j2"}));
+  EXPECT_TRUE(Page(store.get(), {.state = StoredJobState::kFailed, .limit = 100}).empty());
+  // An owner sees their own jobs and those without an owner, never another's.
+  EXPECT_EQ(Page(store.get(), {.owner = "alice", .limit = 5}), (std::vector<std::string>{"j29", "j27", "j26", "j24", "j23"}));
+  EXPECT_EQ(Page(store.get(), {.state = StoredJobState::kDecoding, .owner = "bob", .limit = 3}),
+            (std::vector<std::string>{"j28", "j25", "j22"}));
+  EXPECT_EQ(Page(store.get(), {.owner = "carol", .limit = 3}), (std::vector<std::string>{"j29", "j26", "j23"}));
+}
+
+TEST_F(JobStoreTest, LoadJobAndLoadUnfinished) {
+  std::unique_ptr<JobStore> store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  FillForListing(store.get());
+  absl::StatusOr<StoredJob> job = store->LoadJob("j7");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->owner, "bob");
+  EXPECT_EQ(job->request, "req");
+  EXPECT_EQ(job->tokens, (std::vector<std::string>{"t", "t", "t"}));
+  EXPECT_EQ(job->generated, 3);
+  EXPECT_EQ(store->LoadJob("nope").status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<std::vector<StoredJob>> unfinished = store->LoadUnfinished();
+  ASSERT_TRUE(unfinished.ok()) << unfinished.status();
+  ASSERT_EQ(unfinished->size(), 20u);
+  for (const StoredJob& u : *unfinished) {
+    EXPECT_EQ(u.state, StoredJobState::kDecoding) << u.job_id;
+    EXPECT_EQ(static_cast<int64_t>(u.tokens.size()), u.generated) << u.job_id;
+    EXPECT_EQ(u.request, "req");
+  }
+  EXPECT_EQ(unfinished->front().job_id, "j0");
+  EXPECT_EQ(unfinished->back().job_id, "j28");
+}
+
+TEST_F(JobStoreTest, DeleteFinishedBeforeWorksInBatches) {
+  std::unique_ptr<JobStore> store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  FillForListing(store.get());  // 10 succeeded, finished at 1002, 1005, ..., 1029
+  absl::StatusOr<int64_t> deleted = store->DeleteFinishedBefore(1020, /*batch=*/3);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(*deleted, 6);  // 1002 ... 1017: two full batches, then one that finds nothing
+  EXPECT_EQ(Page(store.get(), {.state = StoredJobState::kSucceeded, .limit = 100}),
+            (std::vector<std::string>{"j29", "j26", "j23", "j20"}));
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM job_tokens WHERE job_id IN ('j2', 'j5', 'j8', 'j11', 'j14', 'j17')"), "0");
+  EXPECT_EQ(store->DeleteFinishedBefore(1020, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  // At most so many batches: what the journal does, one batch a round.
+  deleted = store->DeleteFinishedBefore(1030, /*batch=*/3, /*max_batches=*/1);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(*deleted, 3);
+  EXPECT_EQ(Page(store.get(), {.state = StoredJobState::kSucceeded, .limit = 100}), (std::vector<std::string>{"j29"}));
+}
+
+TEST_F(JobStoreTest, UpgradesAVersion1Store) {
+  {
+    std::unique_ptr<JobStore> store = OpenOrDie();
+    ASSERT_NE(store, nullptr);
+    FillForListing(store.get());
+  }
+  // What version 1 had: the same tables without the indexes.
+  Sql("DROP INDEX jobs_by_state; DROP INDEX jobs_finished; UPDATE meta SET value = '1' WHERE key = 'schema_version';");
+  std::unique_ptr<JobStore> store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(Query("SELECT value FROM meta WHERE key = 'schema_version'"), "2");
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND name IN ('jobs_by_state', 'jobs_finished')"), "2");
+  EXPECT_EQ(Page(store.get(), {.state = StoredJobState::kSucceeded, .limit = 2}), (std::vector<std::string>{"j29", "j26"}));
+}
+
+TEST_F(JobStoreTest, OpenRefusesADatabaseAnotherStoreHoldsAndNamesIt) {
+  std::unique_ptr<JobStore> first = OpenOrDie();
+  ASSERT_NE(first, nullptr);
+  ExpectRefused("is in use by another coordinator");
+  absl::StatusOr<std::unique_ptr<JobStore>> second = JobStore::Open(dir_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find(absl::StrCat("pid ", getpid(), " on host ")), std::string::npos)
+      << second.status();
+  // The refused open left the holder's record, and the holder's store, as they were.
+  StoredJob job = Job("still-mine");
+  EXPECT_TRUE(first->Insert(&job).ok());
+  EXPECT_TRUE(fs::exists(path_ + ".owner"));
+  first.reset();
+  EXPECT_FALSE(fs::exists(path_ + ".owner"));
+  std::unique_ptr<JobStore> reopened = OpenOrDie();
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_TRUE(*reopened->WasIssued("still-mine"));
+}
+
+TEST_F(JobStoreTest, AHolderKilledReleasesTheLock) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(dir_);
+    const char byte = store.ok() ? 'y' : 'n';
+    if (write(ready[1], &byte, 1) != 1) _exit(3);
+    pause();  // holds the store until killed
+    _exit(0);
+  }
+  close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  close(ready[0]);
+  ASSERT_EQ(byte, 'y') << "the child could not open the store";
+  absl::StatusOr<std::unique_ptr<JobStore>> refused = JobStore::Open(dir_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find(absl::StrCat("pid ", child, " on host ")), std::string::npos)
+      << refused.status();
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  // The kernel dropped the dead holder's lock; its stale owner line is simply overwritten.
+  std::unique_ptr<JobStore> store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  std::ifstream owner(path_ + ".owner");
+  std::string line;
+  std::getline(owner, line);
+  EXPECT_EQ(line.rfind(absl::StrCat("pid ", getpid(), " on host "), 0), 0u) << line;
+}
+
+TEST_F(JobStoreTest, OpenMakesANewDirectoryPrivate) {
+  dir_ = (fs::path(root_) / "state" / "layerpipe").string();
+  path_ = (fs::path(dir_) / "jobs.sqlite3").string();
+  std::unique_ptr<JobStore> store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(fs::status(dir_).permissions() & fs::perms::all, fs::perms::owner_all);
+  // An existing directory keeps its mode: it is the operator's.
+  store.reset();
+  fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+  store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(fs::status(dir_).permissions() & fs::perms::all,
+            fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+}
+
+TEST_F(JobStoreTest, OpenRefusesAStateDirThatIsAFile) {
+  dir_ = (fs::path(root_) / "not_a_dir").string();
+  std::ofstream(dir_) << "x";
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(dir_);
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find(dir_), std::string::npos) << store.status();
+}
+
+// Restores an environment variable when it goes out of scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = getenv(name)) old_ = old;
+    if (value == nullptr) unsetenv(name); else setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_, old_->c_str(), 1); else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(DefaultStateDirTest, FollowsTheXdgRule) {
+  ScopedEnv home("HOME", "/home/ada");
+  {
+    ScopedEnv ours("LAYERPIPE_STATE_DIR", "/srv/jobs");
+    ScopedEnv xdg("XDG_STATE_HOME", "/xdg");
+    EXPECT_EQ(DefaultStateDir(), "/srv/jobs");
+  }
+  {
+    ScopedEnv ours("LAYERPIPE_STATE_DIR", "");  // empty counts as unset
+    ScopedEnv xdg("XDG_STATE_HOME", "/xdg");
+    EXPECT_EQ(DefaultStateDir(), "/xdg/layerpipe");
+  }
+  {
+    ScopedEnv ours("LAYERPIPE_STATE_DIR", nullptr);
+    ScopedEnv xdg("XDG_STATE_HOME", nullptr);
+    EXPECT_EQ(DefaultStateDir(), "/home/ada/.local/state/layerpipe");
   }
 }
 

@@ -4,6 +4,8 @@ foreach(t planner_test kv_admission_test scheduler_test prefix_cache_test)
 endforeach()
 # The job store test also builds foreign databases with sqlite3, which layerpipe_job_store brings.
 target_link_libraries(job_store_test PRIVATE layerpipe_job_store)
+# The page tokens are the coordinator's (its protos).
+target_link_libraries(job_listing_test PRIVATE layerpipe_coordinator_lib)
 add_test(NAME coordinator_behaviour
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/coordinator/coordinator_behaviour_test.py
                  --bin ${CMAKE_BINARY_DIR}/bin --src ${PROJECT_SOURCE_DIR}

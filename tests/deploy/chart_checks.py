@@ -26,6 +26,7 @@ BROKEN_VALUES = {
     "workers.replicas 49 (more stages than layers)": {"workers": {"replicas": 49}},
     "precision fp16": {"precision": "fp16"},
     "quantize int3": {"quantize": "int3"},
+    "quantizeHead int4": {"quantizeHead": "int4"},
     "model.source nfs": {"model": {"source": "nfs"}},
     "pvc without claimName": {"model": {"source": "pvc", "pvc": {"claimName": ""}}},
     "hostPath relative": {"model": {"source": "hostPath", "hostPath": {"path": "models"}}},
@@ -43,6 +44,8 @@ BROKEN_VALUES = {
     "a Secret key with a slash": {"tls": {"caKey": "certs/ca.crt"}},
     "typo in tls": {"tls": {"enable": True}},
     "negative per-client limit": {"limits": {"maxConcurrentPerClient": -1}},
+    "jobs.stateDir relative": {"coordinator": {"jobs": {"stateDir": "state"}}},
+    "typo in coordinator.jobs": {"coordinator": {"jobs": {"persistentVolume": "jobs"}}},
 }
 
 # Rendered besides the defaults and the ci/ files: values overrides, or a release name (a string).
@@ -63,6 +66,7 @@ VARIANTS = {
     "tokens without TLS, limit": [{"auth": {"enabled": True}, "limits": {"maxConcurrentPerClient": 4},
                                    "secret": {"create": True, "data": {"tokens": "t", "test-token": "t"}}}],
     "release name without the chart's": "prod",
+    "jobs on a claim": [{"coordinator": {"jobs": {"stateDir": "/data/jobs", "persistentVolumeClaim": "layerpipe-jobs"}}}],
 }
 
 

@@ -113,8 +113,10 @@ def check_command_lines(o):
         need(flag_value(cargs, "advertise") == f"$(POD_IP):{c['port']}", "the coordinator must advertise its pod IP")
     need(any(e["name"] == "POD_IP" and e["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP" for e in o.coord["env"]),
          "POD_IP is not set from status.podIP")
-    for flag, want in (("precision", values["precision"]), ("quantize", values["quantize"]), ("layer-split", c["layerSplit"] or None),
-                       ("startup-timeout", c["startupTimeout"]), ("recovery-deadline", c["recoveryDeadline"])):
+    for flag, want in (("precision", values["precision"]), ("quantize", values["quantize"]),
+                       ("quantize-head", values["quantizeHead"]), ("layer-split", c["layerSplit"] or None),
+                       ("startup-timeout", c["startupTimeout"]), ("recovery-deadline", c["recoveryDeadline"]),
+                       ("state-dir", c["jobs"]["stateDir"])):
         need(flag_value(cargs, flag) == want, f"coordinator --{flag} is {flag_value(cargs, flag)!r}, expected {want!r}")
     need(flag_value(wargs, "kv-budget") == (w["kvBudget"] or None), "worker --kv-budget does not follow workers.kvBudget")
     need(flag_value(wargs, "threads") == str(w["threads"]), "worker --threads does not follow workers.threads")
@@ -195,6 +197,23 @@ def check_volumes(o):
             need(set(init["args"][:-1]) == want, f"{wl['kind']}: the init container checks with {init['args'][:-1]}, expected {want}")
         if o.secret_on:
             need(vols["secret"]["secret"]["secretName"] == o.secret_name(), f"{wl['kind']}: the secret volume names {vols['secret']}")
+    check_job_state(o)
+
+
+def check_job_state(o):
+    """The coordinator's --state-dir is a writable mount of the claim the values name, else an emptyDir
+    (the root filesystem is read-only); the workers keep no jobs."""
+    jobs = o.c["jobs"]
+    vols = {v["name"]: v for v in o.coord_pod["volumes"]}
+    want = ({"persistentVolumeClaim": {"claimName": jobs["persistentVolumeClaim"]}} if jobs["persistentVolumeClaim"]
+            else {"emptyDir": {}})
+    got = {k: v for k, v in vols.get("state", {}).items() if k != "name"}
+    need(got == want, f"the coordinator's state volume is {got}, expected {want}")
+    mounts = {m["name"]: m for m in o.coord.get("volumeMounts", [])}
+    m = mounts.get("state")
+    need(m and m["mountPath"] == jobs["stateDir"] and not m.get("readOnly"),
+         f"the state volume is not mounted writable at {jobs['stateDir']}: {m}")
+    need("state" not in {v["name"] for v in o.worker_pod["volumes"]}, "a worker pod has a state volume")
 
 
 def check_secret(o):

@@ -125,7 +125,9 @@ def smoke_run(ctx, name, model, cargv, wargvs, flagfiles, clients, pki=None):
         # A separate peer port: the workers then report there (its default advertised host is 127.0.0.1).
         peer = {"peer-listen": f"127.0.0.1:{free_port()}"} if flag_value(cargv, "peer-listen") else {}
         tls = pki if pki and flag_value(cargv, "tls-cert") else None
+        # Each run's jobs in a directory of its own, whatever the deployment names (/var/lib/layerpipe).
         coord = start(rewrite(cargv, {"listen": f"127.0.0.1:{cport}", "advertise": None, "model": model, **peer,
+                                      "state-dir": os.path.join(d, "state"),
                                       "workers": ",".join(f"127.0.0.1:{p}" for p in wports),
                                       "flagfile": flagfile(cargv), **metrics_of(cargv, "coordinator.log")}),
                       "coordinator.log")

@@ -44,6 +44,25 @@ json Nested(json tc) {
           {"image_token_id", 258880}};
 }
 
+// HF gives a full layer num_global_key_value_heads KV heads only with attention_k_eq_v; without it the
+// full layer has num_key_value_heads (and a v_proj), whatever num_global_key_value_heads says.
+TEST(ConfigTest, FullLayersTakeTheGlobalKvHeadCountOnlyWithKEqV) {
+  json tc = Text12B();
+  tc["attention_k_eq_v"] = false;
+  tc["num_global_key_value_heads"] = 3;  // does not even divide the 16 heads: not used
+  auto c = ParseModelConfig(Nested(tc).dump(), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->KvHeads(5), 8);
+  EXPECT_EQ(c->FullKvHeads(), 8);
+  EXPECT_EQ(c->HeadDim(5), 512);
+  EXPECT_TRUE(c->HasVProj(5));
+  tc["attention_k_eq_v"] = true;
+  auto keqv = ParseModelConfig(Nested(tc).dump(), "config.json");
+  ASSERT_FALSE(keqv.ok());
+  EXPECT_NE(std::string(keqv.status().message()).find("num_global_key_value_heads (3)"), std::string::npos)
+      << keqv.status();
+}
+
 TEST(ConfigTest, LoadsThe12BNestedConfig) {
   auto c = ParseModelConfig(Nested(Text12B()).dump(), "config.json");
   ASSERT_TRUE(c.ok()) << c.status();

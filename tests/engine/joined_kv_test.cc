@@ -109,9 +109,9 @@ TEST(JoinedKv, FullLayersWithKEqVAndOneKvHeadKeepThem) {
   EXPECT_EQ(KvJoinedValues(c, 0), 0);  // sliding
   EXPECT_EQ(KvBytesAtLength(c, 2, 3, Precision::kBf16, 1), kv::kPageTokens * (64 + 16) * 2);
   ModelConfig split = c;
-  split.k_eq_v = false;  // a v_proj of its own: K and V differ
+  split.k_eq_v = false;  // a v_proj of its own: K and V differ, and the layer has num_kv_heads (2) heads
   EXPECT_EQ(KvJoinedValues(split, 2), 0);
-  EXPECT_EQ(KvBytesAtLength(split, 2, 3, Precision::kBf16, 1), kv::kPageTokens * 2 * 64 * 2);
+  EXPECT_EQ(KvBytesAtLength(split, 2, 3, Precision::kBf16, 1), kv::kPageTokens * 2 * (2 * 64) * 2);
   split = c;
   split.num_global_kv_heads = 2;
   EXPECT_EQ(KvJoinedValues(split, 2), 0);

@@ -6,9 +6,11 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "engine/model/safetensors.h"
 #include "tools/checkpoint/checkpoint_writer.h"
 
 namespace layerpipe::testing_util {
@@ -56,6 +58,25 @@ inline std::string MakeCheckpoint(const std::string& name, const RandomCheckpoin
   absl::Status st = WriteRandomCheckpoint(dir, o);
   EXPECT_TRUE(st.ok()) << st;
   return dir;
+}
+
+// Rewrites the safetensors file `path` with every tensor `edit` keeps (false drops it; it may change it),
+// then `add`.
+inline void RewriteTensors(const std::string& path, const std::function<bool(TensorBlob&)>& edit,
+                           std::vector<TensorBlob> add = {}) {
+  std::vector<TensorBlob> blobs;
+  {
+    auto f = SafetensorsFile::Open(path);
+    ASSERT_TRUE(f.ok()) << f.status();
+    for (const auto& [name, t] : (*f)->tensors()) {
+      TensorBlob b{name, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)};
+      if (edit(b)) blobs.push_back(std::move(b));
+    }
+  }
+  for (TensorBlob& b : add) blobs.push_back(std::move(b));
+  std::vector<const TensorBlob*> ptrs;
+  for (const auto& b : blobs) ptrs.push_back(&b);
+  ASSERT_TRUE(WriteSafetensors(path, ptrs).ok());
 }
 
 }  // namespace layerpipe::testing_util

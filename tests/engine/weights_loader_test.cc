@@ -20,21 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Copies every tensor of `path` into blobs, letting `edit` change or drop them (return false to drop).
-void Rewrite(const std::string& path, const std::function<bool(TensorBlob&)>& edit) {
-  std::vector<TensorBlob> blobs;
-  {
-    auto f = SafetensorsFile::Open(path);
-    ASSERT_TRUE(f.ok()) << f.status();
-    for (const auto& [name, t] : (*f)->tensors()) {
-      TensorBlob b{name, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)};
-      if (edit(b)) blobs.push_back(std::move(b));
-    }
-  }
-  std::vector<const TensorBlob*> ptrs;
-  for (const auto& b : blobs) ptrs.push_back(&b);
-  ASSERT_TRUE(WriteSafetensors(path, ptrs).ok());
-}
+using testing_util::RewriteTensors;
 
 absl::Status LoadAll(const std::string& dir) {
   auto c = LoadModelConfig(dir);
@@ -109,8 +95,8 @@ TEST(WeightsLoaderTest, CorruptHeaderIsAnError) {
 
 TEST(WeightsLoaderTest, MissingTensorIsNamed) {
   const std::string dir = testing_util::MakeCheckpoint("missing", SingleFile());
-  Rewrite(dir + "/model.safetensors",
-          [](TensorBlob& b) { return b.name != "model.language_model.layers.3.mlp.up_proj.weight"; });
+  RewriteTensors(dir + "/model.safetensors",
+                 [](TensorBlob& b) { return b.name != "model.language_model.layers.3.mlp.up_proj.weight"; });
   ExpectMentions(LoadAll(dir), {"model.language_model.layers.3.mlp.up_proj.weight", "missing"});
 }
 
@@ -133,7 +119,7 @@ TEST(WeightsLoaderTest, EmbeddersAreLoadedByTheEmbeddingStageAndRequired) {
   ASSERT_TRUE(later.ok()) << later.status();
   EXPECT_EQ((*later)->vision(), nullptr);
   EXPECT_EQ((*later)->audio_projection(), nullptr);
-  Rewrite(dir + "/model.safetensors", [](TensorBlob& b) { return b.name != "model.vision_embedder.pos_norm.bias"; });
+  RewriteTensors(dir + "/model.safetensors", [](TensorBlob& b) { return b.name != "model.vision_embedder.pos_norm.bias"; });
   ExpectMentions(LoadAll(dir), {"model.vision_embedder.pos_norm.bias", "missing"});
   // Without the embedding, a stage never opens them.
   EXPECT_TRUE(ModelWeights::Load(dir, *c, {2, 5, false, true}).ok());
@@ -141,7 +127,7 @@ TEST(WeightsLoaderTest, EmbeddersAreLoadedByTheEmbeddingStageAndRequired) {
 
 TEST(WeightsLoaderTest, MisshapenTensorIsNamed) {
   const std::string dir = testing_util::MakeCheckpoint("shape", SingleFile());
-  Rewrite(dir + "/model.safetensors", [](TensorBlob& b) {
+  RewriteTensors(dir + "/model.safetensors", [](TensorBlob& b) {
     if (b.name == "model.language_model.layers.1.self_attn.k_proj.weight") b.shape = {b.shape[1], b.shape[0]};
     return true;
   });
@@ -159,7 +145,7 @@ TEST(WeightsLoaderTest, F32AndF16TensorsGiveTheSameResults) {
   const std::string ref_dir = testing_util::MakeCheckpoint("dtype_ref", SingleFile());
   const std::string dir = testing_util::MakeCheckpoint("dtype", SingleFile());
   int n = 0;
-  Rewrite(dir + "/model.safetensors", [&](TensorBlob& b) {
+  RewriteTensors(dir + "/model.safetensors", [&](TensorBlob& b) {
     const size_t count = b.bytes.size() / 2;
     const uint16_t* src = reinterpret_cast<const uint16_t*>(b.bytes.data());
     std::vector<uint8_t> out;

@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(c.hidden_size > 0 && c.intermediate_size > 0 && c.vocab_size > 0 && c.max_position_embeddings > 0,
         "a size is not positive");
   Check(c.num_heads > 0 && c.num_kv_heads > 0 && c.num_global_kv_heads > 0, "a head count is not positive");
-  Check(c.num_heads % c.num_kv_heads == 0 && c.num_heads % c.num_global_kv_heads == 0, "heads % kv_heads != 0");
+  Check(c.num_heads % c.num_kv_heads == 0 && (!c.k_eq_v || c.num_heads % c.num_global_kv_heads == 0), "heads % kv_heads != 0");
   Check(c.head_dim > 0 && c.global_head_dim > 0 && c.head_dim % 2 == 0 && c.global_head_dim % 2 == 0,
         "a head dim is not positive and even");
   Check(c.bos_token_id >= 0 && c.bos_token_id < c.vocab_size, "bos outside the vocabulary");
@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int l = 0; l < c.num_layers; ++l) {
     const bool full = c.layer_types[l] == layerpipe::LayerType::kFull;
     Check(c.HeadDim(l) == (full ? c.global_head_dim : c.head_dim), "HeadDim");
-    Check(c.KvHeads(l) == (full ? c.num_global_kv_heads : c.num_kv_heads), "KvHeads");
+    Check(c.KvHeads(l) == (full && c.k_eq_v ? c.num_global_kv_heads : c.num_kv_heads), "KvHeads");
     const layerpipe::RopeConfig& rope = c.Rope(l);
     Check(rope.theta > 0 && rope.partial_rotary_factor > 0 && rope.partial_rotary_factor <= 1, "rope");
     Check(c.HasVProj(l) == !(c.k_eq_v && full), "HasVProj");

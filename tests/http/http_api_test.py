@@ -401,6 +401,27 @@ class HttpApiTest(unittest.TestCase):
         self.assertEqual((status, info["state"], info["text"], len(info["token_ids"])), (200, "succeeded", text, NEW))
         status, listing = self.request("GET", "/v1/jobs")
         self.assertIn(job["id"], [j["id"] for j in listing["data"]])
+        # Newest first, a page at a time; a token is good for its own filter only.
+        status, newer = self.request("POST", "/v1/jobs", {"prompt": "Hi", "max_tokens": 2})
+        self.assertEqual(status, 200, newer)
+        deadline = time.monotonic() + 60
+        while self.request("GET", f"/v1/jobs/{newer['id']}")[1]["state"] != "succeeded":
+            self.assertLess(time.monotonic(), deadline, "the second job never succeeded")
+            time.sleep(0.05)
+        status, first = self.request("GET", "/v1/jobs?page_size=1&state=succeeded")
+        self.assertEqual((status, first["object"], [j["id"] for j in first["data"]], first["has_more"]),
+                         (200, "list", [newer["id"]], True), first)
+        token = first["next_page_token"]
+        status, second = self.request("GET", f"/v1/jobs?page_size=1&state=succeeded&page_token={token}")
+        self.assertEqual((status, [j["id"] for j in second["data"]]), (200, [job["id"]]), second)
+        status, body = self.request("GET", f"/v1/jobs?page_size=1&page_token={token}")
+        self.assertOpenAiError(status, body, 400, "invalid_request_error")
+        self.assertEqual(body["error"]["param"], "page_token")
+        for query, param in [("state=done", "state"), ("page_size=x", "page_size"), ("page_size=-2", "page_size"),
+                             ("page_token=zzz", "page_token")]:
+            status, body = self.request("GET", f"/v1/jobs?{query}")
+            self.assertOpenAiError(status, body, 400, "invalid_request_error")
+            self.assertEqual(body["error"]["param"], param, query)
         # Another client's job is as unknown as no job at all; an offset past the end is refused.
         for who, path in [("bob", f"/v1/jobs/{job['id']}"), ("alice", "/v1/jobs/job-0000")]:
             status, body = self.request("GET", path, who=who)

@@ -90,7 +90,8 @@ CASES = [
     Case("win8_keqv_h96", layers=4, hidden=96, intermediate=160, heads=4, head_dim=16, kv_heads=2,
          global_head_dim=32, global_kv_heads=1, vocab=512, window=8, full_period=2, k_eq_v=True,
          partial_rotary=0.25, seed=101),
-    # GQA 2:1 sliding and 16:1 full, full layers with v_proj, partial rotary 0.5, 3 shards, hidden 160.
+    # Full layers with v_proj, so they take num_key_value_heads (8, GQA 2:1) and not the global count (1)
+    # as HF does; partial rotary 0.5, 3 shards, hidden 160.
     Case("gqa16_vproj_shards", layers=6, hidden=160, intermediate=256, heads=16, head_dim=16, kv_heads=8,
          global_head_dim=32, global_kv_heads=1, vocab=768, window=12, full_period=3, k_eq_v=False,
          partial_rotary=0.5, seed=202, shards=3),
@@ -117,11 +118,13 @@ CASES = [
 class CliEngine:
     """The `layerpipe` binary."""
 
-    def __init__(self, bin_dir, timeout, device="cpu", quantize="none"):
+    def __init__(self, bin_dir, timeout, device="cpu", quantize="none", quantize_head="none"):
         self.exe = os.path.join(bin_dir, "layerpipe")
         self.timeout = timeout
         self.device = device
         self.quantize = quantize
+        self.quantize_head = quantize_head
+        self.checkpoint = "none"    # `make-checkpoint --quantization`
         self.kernel_lines = set()   # what the CPU stages said they run (cpu_backend.cc logs it once)
         if not os.access(self.exe, os.X_OK):
             raise SystemExit(f"FAIL: {self.exe} is missing or not executable (pass --bin or set LAYERPIPE_BIN)")
@@ -137,7 +140,7 @@ class CliEngine:
         self.kernel_lines.update(m.group(1) for m in re.finditer(r"CPU stages: \d+ threads, (matmul kernel .*)", done.stderr))
         return done.stdout
 
-    def make_checkpoint(self, out_dir, case):
+    def make_checkpoint(self, out_dir, case, quantization=None):
         args = ["make-checkpoint", "--out", out_dir, "--layers", case.layers, "--hidden", case.hidden,
                 "--intermediate", case.intermediate, "--heads", case.heads, "--head-dim", case.head_dim,
                 "--kv-heads", case.kv_heads, "--global-head-dim", case.global_head_dim,
@@ -149,6 +152,7 @@ class CliEngine:
         args += ["--shards", case.shards]        # explicit, so 1 means a single model.safetensors
         if case.flat_config:
             args += ["--flat-config"]
+        args += ["--quantization", quantization or self.checkpoint]
         self._run([str(a) for a in args])
 
     @staticmethod
@@ -165,7 +169,7 @@ class CliEngine:
         self._run(["score", "--model", model_dir, "--ids", ",".join(map(str, ids))]
                   + self._media_args(images, audios)
                   + ["--logits-out", out_path, "--precision", precision, "--device", self.device,
-                     "--quantize", self.quantize] + list(extra))
+                     "--quantize", self.quantize, "--quantize-head", self.quantize_head] + list(extra))
         return np.load(out_path)
 
     def score(self, model_dir, ids, precision, out_path, images=(), audios=(), extra=()):
@@ -175,7 +179,8 @@ class CliEngine:
         out = self._run(["generate", "--model", model_dir, "--ids", ",".join(map(str, ids))]
                         + self._media_args(images, audios)
                         + ["--max-new-tokens", str(n), "--print-ids", "--precision", precision,
-                           "--device", self.device, "--quantize", self.quantize])
+                           "--device", self.device, "--quantize", self.quantize,
+                           "--quantize-head", self.quantize_head])
         lines = out.strip().splitlines()
         last = lines[-1].strip() if lines else ""
         try:
@@ -200,7 +205,9 @@ class EmulatedEngine:
     def __init__(self):
         self._last = None       # (key, logits) of the last score_raw call
 
-    def make_checkpoint(self, out_dir, case):
+    def make_checkpoint(self, out_dir, case, quantization=None):
+        if quantization not in (None, "none"):
+            raise SystemExit("FAIL: --emulate writes bf16 checkpoints only (no --checkpoint w4a16)")
         spec = np_checkpoint.Spec(
             layers=case.layers, hidden=case.hidden, intermediate=case.intermediate, heads=case.heads,
             head_dim=case.head_dim, kv_heads=case.kv_heads, global_head_dim=case.global_head_dim,
@@ -373,7 +380,8 @@ def check_layout(ckpt, case):
     want_pairs = int(case.partial_rotary * case.global_head_dim / 2)
     if cfg.kinds[FULL].rotated_pairs != want_pairs:
         problems.append(f"full-layer rotated pairs {cfg.kinds[FULL].rotated_pairs} != {want_pairs}")
-    for t, hd, kv in ((SLIDING, case.head_dim, case.kv_heads), (FULL, case.global_head_dim, case.global_kv_heads)):
+    full_kv = case.global_kv_heads if case.k_eq_v else case.kv_heads  # HF's rule (MODEL.md §1)
+    for t, hd, kv in ((SLIDING, case.head_dim, case.kv_heads), (FULL, case.global_head_dim, full_kv)):
         if (cfg.kinds[t].head_dim, cfg.kinds[t].kv_heads) != (hd, kv):
             problems.append(f"{t}: head_dim/kv {cfg.kinds[t].head_dim}/{cfg.kinds[t].kv_heads} != {hd}/{kv}")
     scalars = [float(ckpt.weights[f"layers.{i}.layer_scalar"][0]) for i in range(len(cfg.layer_types))]
@@ -498,14 +506,19 @@ def dequantized_int4(w):
 QUANTIZERS = {"int8": dequantized_int8, "int4": dequantized_int4}
 
 
-def quantized(ckpt, quantize):
-    if quantize == "none":
-        return ckpt
-    rule = QUANTIZERS[quantize]
-    return with_weights(ckpt, lambda n, w: rule(w) if LAYER_PROJECTION.search(n) else w)
+def quantized(ckpt, quantize, quantize_head="none"):
+    """The checkpoint with its layer projections dequantized by `quantize`'s rule, and the embedding
+    (tied head) by `quantize_head`'s."""
+    def weight(name, w):
+        if quantize != "none" and LAYER_PROJECTION.search(name):
+            return QUANTIZERS[quantize](w)
+        if quantize_head != "none" and name == "embed_tokens.weight":
+            return QUANTIZERS[quantize_head](w)
+        return w
+    return with_weights(ckpt, weight)
 
 
-def run_case(engine, case, work, row, log, quantize="none"):
+def run_case(engine, case, work, row, log, quantize="none", checkpoint="none", quantize_head="none"):
     model_dir = os.path.join(work, case.name)
     shutil.rmtree(model_dir, ignore_errors=True)
     os.makedirs(model_dir)
@@ -513,11 +526,19 @@ def run_case(engine, case, work, row, log, quantize="none"):
     ckpt = oracle.load_checkpoint(model_dir)
     check_layout(ckpt, case)
     prompt = np.random.default_rng(case.seed).integers(3, case.vocab, size=case.prompt_len).tolist()
-    if quantize != "none":
+    if quantize != "none" or quantize_head != "none":
         as_stored = oracle.forward(ckpt, prompt)
-        ckpt = quantized(ckpt, quantize)
+        ckpt = quantized(ckpt, quantize, quantize_head)
+    if checkpoint != "none" and quantize_head == "none":
+        # The packed checkpoint against its bf16 twin (same seed): how far its weights are from those.
+        # (With --quantize-head the embedding's quantization alone is what must show.)
+        twin_dir = model_dir + "_bf16"
+        shutil.rmtree(twin_dir, ignore_errors=True)
+        os.makedirs(twin_dir)
+        engine.make_checkpoint(twin_dir, case, quantization="none")
+        as_stored = oracle.forward(oracle.load_checkpoint(twin_dir), prompt)
     ref = oracle.forward(ckpt, prompt)
-    if quantize != "none":
+    if quantize != "none" or checkpoint != "none" or quantize_head != "none":
         # How far the quantized weights move the logits from the stored ones: what the exact tier
         # tells apart from an engine that ignored --quantize (checked in main).
         row["quantization_moves"] = float(np.abs(ref - as_stored).max())
@@ -712,10 +733,11 @@ MM_CASES = [
             MediaPrompt("audio_pcm16", (("text", 5), ("audio", "pcm16_2500ms.wav"), ("text", 10))),
             MediaPrompt("audio_f32_stereo", (("text", 3), ("audio", "f32_stereo_1300ms.wav"), ("text", 6))),
         )),
-    # Two images and an audio in one prompt; full layers with v_proj, GQA 4:1, window 24.
+    # Two images and an audio in one prompt; full layers with v_proj take num_key_value_heads (2, GQA 4:1),
+    # not the global count (1); window 24.
     MediaCase(
         Case("mm_h64_win24_vproj", layers=6, hidden=64, intermediate=128, heads=8, head_dim=8, kv_heads=2,
-             global_head_dim=16, global_kv_heads=2, vocab=262144, window=24, full_period=3, k_eq_v=False,
+             global_head_dim=16, global_kv_heads=1, vocab=262144, window=24, full_period=3, k_eq_v=False,
              partial_rotary=0.5, seed=707, layer_types=("s", "f", "s", "s", "f", "s")),
         (
             MediaPrompt("two_images_audio",
@@ -1179,6 +1201,11 @@ def main():
     parser.add_argument("--device", default="cpu", help="where `layerpipe` runs the layers: cpu, cuda, cuda:N")
     parser.add_argument("--quantize", default="none", choices=["none", *QUANTIZERS],
                         help="run `layerpipe --quantize` and hold it to the oracle on the same dequantized weights")
+    parser.add_argument("--quantize-head", default="none", choices=["none", "int8"],
+                        help="run `layerpipe --quantize-head` and hold it to the oracle on the dequantized embedding")
+    parser.add_argument("--checkpoint", default="none", choices=["none", "w4a16"],
+                        help="write the checkpoints packed (`make-checkpoint --quantization`) and hold the engine to "
+                             "the oracle on the weights they ship")
     parser.add_argument("--expect-kernel", default="",
                         help="require every CPU stage to say it ran this matmul kernel (avx2, avx512f, avx512bf16); "
                              f"exit {SKIP_CODE} (skipped) where it says this CPU lacks it")
@@ -1189,7 +1216,8 @@ def main():
     elif not args.bin:
         raise SystemExit("FAIL: no engine: pass --bin DIR or set LAYERPIPE_BIN (or --emulate)")
     else:
-        engine = CliEngine(args.bin, args.timeout, args.device, args.quantize)
+        engine = CliEngine(args.bin, args.timeout, args.device, args.quantize, args.quantize_head)
+        engine.checkpoint = args.checkpoint
     cases, media_cases = select(args.cases, args.skip_multimodal)
     if not cases and not media_cases:
         raise SystemExit("FAIL: nothing selected")
@@ -1201,7 +1229,7 @@ def main():
         row = {"case": case.name}
         rows.append(row)
         try:
-            run_case(engine, case, args.work, row, print, args.quantize)
+            run_case(engine, case, args.work, row, print, args.quantize, args.checkpoint, args.quantize_head)
         except (CheckFailure, ValueError) as e:     # ValueError: the oracle refused the checkpoint
             row["error"] = str(e)
             failures.append(f"[{case.name}] {e}")
@@ -1215,12 +1243,15 @@ def main():
               f"max |Δlogit|; greedy gap fp32 {GREEDY_TOL['fp32']}, bf16 {GREEDY_TOL['bf16']}  ({text_seconds:.1f}s)")
         print_table(rows)
         failures += check_controls(rows, all_cases=len(cases) == len(CASES))
-        if args.quantize != "none":
+        flags = [f"--{k} {v}" for k, v in (("quantize", args.quantize), ("quantize-head", args.quantize_head),
+                                            ("checkpoint", args.checkpoint)) if v != "none"]
+        if flags:
+            what = " ".join(flags)
             moves = [r["quantization_moves"] for r in rows if "quantization_moves" in r]
-            print(f"{args.quantize}: the dequantized weights move the oracle's logits by up to "
+            print(f"{what}: the dequantized weights move the oracle's logits by up to "
                   + ", ".join(f"{m:.3g}" for m in moves))
             if moves and max(moves) <= FP32_MAX:
-                failures.append(f"--quantize {args.quantize}: no checkpoint's logits move past the fp32 bound "
+                failures.append(f"{what}: no checkpoint's logits move past the fp32 bound "
                                 f"{FP32_MAX}, so the check could not tell the quantized weights from the stored ones")
     if media_cases:
         print()

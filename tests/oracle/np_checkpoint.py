@@ -69,6 +69,10 @@ class Spec:
         p = self.full_period
         return tuple(FULL if i % p == p - 1 else SLIDING for i in range(self.layers))
 
+    def full_kv_heads(self):
+        # HF's count: the global one only when k_eq_v, else num_key_value_heads.
+        return self.global_kv_heads if self.k_eq_v else self.kv_heads
+
 
 def text_config(spec):
     tc = {
@@ -182,7 +186,7 @@ def random_weights(spec):
          "norm.weight": gain(H, 1.0)}
     for i, t in enumerate(spec.types()):
         hd = spec.global_head_dim if t == FULL else spec.head_dim
-        kv = spec.global_kv_heads if t == FULL else spec.kv_heads
+        kv = spec.full_kv_heads() if t == FULL else spec.kv_heads
         p = f"layers.{i}."
         for norm in ("input_layernorm", "post_attention_layernorm",
                      "pre_feedforward_layernorm", "post_feedforward_layernorm"):

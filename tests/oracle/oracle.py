@@ -24,6 +24,7 @@ import numpy as np
 sys.dont_write_bytecode = True   # keep the source tree free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_np import read_checkpoint_tensors  # noqa: E402
+import packed_np  # noqa: E402
 
 SLIDING = "sliding_attention"
 FULL = "full_attention"
@@ -154,7 +155,8 @@ def parse_config(raw):
     head_dim = tc["head_dim"]
     global_head_dim = tc.get("global_head_dim") or head_dim
     kv_heads = tc["num_key_value_heads"]
-    global_kv_heads = tc.get("num_global_key_value_heads") or kv_heads
+    # HF: full layers take num_global_key_value_heads only when k_eq_v; otherwise num_key_value_heads.
+    global_kv_heads = (tc.get("num_global_key_value_heads") or kv_heads) if k_eq_v else kv_heads
     kinds = {
         SLIDING: AttentionKind(
             head_dim=head_dim, kv_heads=kv_heads, v_from_raw_key=False,
@@ -282,6 +284,9 @@ def load_checkpoint(model_dir):
         raw = json.load(f)
     cfg, mc = parse_config(raw), parse_media_config(raw)
     tensors = read_checkpoint_tensors(model_dir)
+    group_size = packed_np.scheme(raw)
+    if group_size is not None:
+        tensors = packed_np.unpacked(tensors, group_size)
     weights = strip_prefix(tensors)
     check_weights(cfg, weights)
     media = {name: t for name, t in tensors.items() if is_media_tensor(name)}

@@ -18,6 +18,8 @@ _RAW_DTYPES = {
     "F16": np.dtype("<f2"),
     "F32": np.dtype("<f4"),
     "F64": np.dtype("<f8"),
+    "I32": np.dtype("<i4"),     # a quantized checkpoint's packed words and shapes (packed_np.py)
+    "I64": np.dtype("<i8"),
 }
 
 

@@ -83,7 +83,7 @@ def naive_forward(spec, w, ids, soft_rows=None, blocks=()):
         L = lambda name: w[f"layers.{li}.{name}"]  # noqa: E731
         full = t == FULL
         hd = spec.global_head_dim if full else spec.head_dim
-        kvh = spec.global_kv_heads if full else spec.kv_heads
+        kvh = spec.full_kv_heads() if full else spec.kv_heads
         theta = spec.full_theta if full else spec.sliding_theta
         pairs = int(spec.partial_rotary * hd / 2) if full else hd // 2
 
@@ -398,6 +398,17 @@ class Readers(unittest.TestCase):
                         # Same weights whatever the config style, prefix or sharding.
                         np.testing.assert_array_equal(logits, reference, err_msg=name)
         self.assertIsNotNone(reference)
+
+    def test_full_kv_heads_follow_k_eq_v(self):
+        # HF counts num_global_key_value_heads for full layers only with k_eq_v; without it, num_key_value_heads.
+        for k_eq_v, want in ((True, 1), (False, 2)):
+            spec = Spec(layers=2, hidden=32, intermediate=48, heads=4, head_dim=8, kv_heads=2,
+                        global_head_dim=8, global_kv_heads=1, vocab=40, layer_types=(SLIDING, FULL), k_eq_v=k_eq_v)
+            d = os.path.join(TMP, f"full_kv_{k_eq_v}")
+            np_checkpoint.write_checkpoint(d, spec, np_checkpoint.random_weights(spec))
+            ckpt = oracle.load_checkpoint(d)
+            self.assertEqual(ckpt.config.kinds[FULL].kv_heads, want)
+            self.assertEqual(ckpt.weights["layers.1.self_attn.k_proj.weight"].shape, (want * 8, 32))
 
     def test_extra_v_proj_rejected(self):
         spec = Spec(layers=2, hidden=32, intermediate=48, heads=2, head_dim=8, kv_heads=1, vocab=40, k_eq_v=True)

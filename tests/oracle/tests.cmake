@@ -38,3 +38,18 @@ foreach(format int8 int4)
                    --bin ${CMAKE_BINARY_DIR}/bin --work ${CMAKE_BINARY_DIR}/test_data/oracle_${format})
   set_tests_properties(oracle_exactness_${format} PROPERTIES TIMEOUT 300)
 endforeach()
+
+# The embedding / tied head quantized too (`--quantize-head int8`), over the w4a16 layout's int4 layers:
+# the oracle dequantizes embed_tokens by the int8 rule.
+add_test(NAME oracle_exactness_int8_head
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/oracle/check_engine.py --checkpoint w4a16
+                 --quantize-head int8
+                 --bin ${CMAKE_BINARY_DIR}/bin --work ${CMAKE_BINARY_DIR}/test_data/oracle_int8_head)
+set_tests_properties(oracle_exactness_int8_head PROPERTIES TIMEOUT 300)
+
+# Google's QAT layout as shipped: the text cases written by `make-checkpoint --quantization w4a16`
+# (compressed-tensors int4), against the oracle on the weights the packed tensors hold (packed_np.py).
+add_test(NAME oracle_exactness_w4a16
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/oracle/check_engine.py --checkpoint w4a16
+                 --bin ${CMAKE_BINARY_DIR}/bin --work ${CMAKE_BINARY_DIR}/test_data/oracle_w4a16)
+set_tests_properties(oracle_exactness_w4a16 PROPERTIES TIMEOUT 300)

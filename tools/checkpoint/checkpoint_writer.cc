@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -11,6 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/model/bf16.h"
+#include "engine/model/compressed_tensors.h"
+#include "engine/model/quantize.h"
 #include "engine/model/safetensors.h"
 #include "nlohmann/json.hpp"
 
@@ -67,6 +70,63 @@ TensorBlob Random(uint64_t seed, const std::string& name, std::vector<int64_t> s
   return Uniform(seed, name, std::move(shape), 0.0, std * std::sqrt(3.0));
 }
 
+// A bf16 [out, in] Linear as compressed-tensors stores it: int4 q + 8 packed eight to an int32 word
+// (value 8j + i of a row in bits 4i..4i+3 of word j), bf16 scales per group of kQuantGroup, and the shape.
+std::vector<TensorBlob> PackW4A16(const TensorBlob& w) {
+  const int64_t rows = w.shape[0], cols = w.shape[1], groups = cols / kQuantGroup;
+  const std::string base = PackedTensorName(w.name, "");
+  TensorBlob packed{base + std::string(kPackedSuffix), DType::kI32, {rows, cols / 8}, {}};
+  TensorBlob scale{base + std::string(kScaleSuffix), DType::kBF16, {rows, groups}, {}};
+  TensorBlob shape{base + std::string(kShapeSuffix), DType::kI64, {2}, std::vector<uint8_t>(16)};
+  packed.bytes.resize(static_cast<size_t>(rows * cols / 2));
+  scale.bytes.resize(static_cast<size_t>(rows * groups * 2));
+  std::memcpy(shape.bytes.data(), &rows, 8);
+  std::memcpy(shape.bytes.data() + 8, &cols, 8);
+  const auto* src = reinterpret_cast<const uint16_t*>(w.bytes.data());
+  auto* words = reinterpret_cast<uint32_t*>(packed.bytes.data());
+  auto* scales = reinterpret_cast<uint16_t*>(scale.bytes.data());
+  ForRowRanges(rows, [&](int64_t r0, int64_t r1) {
+    float values[kQuantGroup];
+    int8_t q[kQuantGroup];
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t g = 0; g < groups; ++g) {
+        for (int64_t i = 0; i < kQuantGroup; ++i) values[i] = Bf16ToF32(src[r * cols + g * kQuantGroup + i]);
+        scales[r * groups + g] = QuantizeGroupInt4(values, kQuantGroup, q);
+        for (int64_t j = 0; j < kQuantGroup / 8; ++j) {
+          uint32_t word = 0;
+          for (int i = 0; i < 8; ++i) word |= static_cast<uint32_t>(q[8 * j + i] + 8) << (4 * i);
+          words[r * (cols / 8) + g * (kQuantGroup / 8) + j] = word;
+        }
+      }
+    }
+  });
+  std::vector<TensorBlob> out;
+  out.push_back(std::move(packed));
+  out.push_back(std::move(scale));
+  out.push_back(std::move(shape));
+  return out;
+}
+
+// config.json's quantization_config for a w4a16 checkpoint: what Google's QAT release declares.
+json W4A16Config() {
+  return {{"quant_method", "compressed-tensors"},
+          {"format", "pack-quantized"},
+          {"quantization_status", "compressed"},
+          {"config_groups",
+           {{"group_0",
+             {{"targets", {"Linear"}},
+              {"format", "pack-quantized"},
+              {"weights",
+               {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"},
+                {"group_size", kQuantGroup}, {"actorder", nullptr}, {"dynamic", false}, {"observer", "minmax"}}},
+              {"input_activations", nullptr},
+              {"output_activations", nullptr}}}}},
+          {"ignore", {"lm_head", "re:.*embed_tokens.*", "re:.*vision_embedder.*", "re:.*embed_vision.*",
+                      "re:.*embed_audio.*"}},
+          {"kv_cache_scheme", nullptr},
+          {"sparsity_config", json::object()}};
+}
+
 json TextConfig(const RandomCheckpointOptions& o, const std::vector<LayerType>& types) {
   json lt = json::array();
   for (LayerType t : types) lt.push_back(LayerTypeName(t));
@@ -109,6 +169,7 @@ constexpr int64_t kAudioSamplesPerToken = 640;
 
 json FullConfig(const RandomCheckpointOptions& o, const std::vector<LayerType>& types) {
   json tc = TextConfig(o, types);
+  if (o.w4a16) tc["quantization_config"] = W4A16Config();  // read at the root of either form
   if (o.flat_config) return tc;
   json config = {
       {"architectures", {"Gemma4UnifiedForConditionalGeneration"}},
@@ -125,6 +186,10 @@ json FullConfig(const RandomCheckpointOptions& o, const std::vector<LayerType>& 
       {"eos_token_id", 1},
       {"pad_token_id", 0},
   };
+  if (o.w4a16) {
+    config["quantization_config"] = tc["quantization_config"];
+    config["text_config"].erase("quantization_config");
+  }
   if (WritesMultimodal(o)) {
     config["vision_config"] = {{"model_type", "gemma4_unified_vision"}, {"patch_size", 16},
                                {"pooling_kernel_size", 3}, {"model_patch_size", 48},
@@ -181,10 +246,16 @@ std::vector<TensorBlob> MakeTensors(const RandomCheckpointOptions& o, const std:
     return out;
   }
   const bool full = types[layer] == LayerType::kFull;
-  const int64_t hd = full ? o.global_head_dim : o.head_dim, kv = full ? o.global_kv_heads : o.kv_heads;
+  // A full layer's KV heads as HF counts them (ModelConfig::FullKvHeads).
+  const int64_t hd = full ? o.global_head_dim : o.head_dim, kv = full && o.k_eq_v ? o.global_kv_heads : o.kv_heads;
   const std::string p = absl::StrCat(prefix, "layers.", layer, ".");
   auto lin = [&](const char* name, int64_t rows, int64_t cols) {
-    out.push_back(Random(o.seed, p + name, {rows, cols}, 1.0 / std::sqrt(double(cols))));
+    TensorBlob w = Random(o.seed, p + name, {rows, cols}, 1.0 / std::sqrt(double(cols)));
+    if (!o.w4a16) {
+      out.push_back(std::move(w));
+      return;
+    }
+    for (TensorBlob& t : PackW4A16(w)) out.push_back(std::move(t));
   };
   lin("self_attn.q_proj.weight", o.heads * hd, H);
   lin("self_attn.k_proj.weight", kv * hd, H);
@@ -211,6 +282,14 @@ bool WritesMultimodal(const RandomCheckpointOptions& o) {
   return !o.text_only && !o.flat_config && o.vocab > 258883;
 }
 
+absl::Status ParseCheckpointQuantizationFlag(const std::string& value, RandomCheckpointOptions* opt) {
+  if (value == "none" || value == "w4a16") {
+    opt->w4a16 = value == "w4a16";
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--quantization must be none or w4a16, got \"", value, "\""));
+}
+
 absl::Status WriteRandomCheckpoint(const std::string& dir, const RandomCheckpointOptions& o) {
   std::vector<LayerType> types = o.layer_types;
   if (types.empty()) {
@@ -223,6 +302,12 @@ absl::Status WriteRandomCheckpoint(const std::string& dir, const RandomCheckpoin
     return absl::InvalidArgumentError(
         absl::StrCat("layer types list has ", types.size(), " entries for ", o.layers, " layers"));
   }
+  if (o.w4a16 && (o.hidden % kQuantGroup != 0 || o.intermediate % kQuantGroup != 0 ||
+                  (o.heads * o.head_dim) % kQuantGroup != 0 || (o.heads * o.global_head_dim) % kQuantGroup != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("--quantization w4a16 needs every Linear's input size (hidden, "
+                                                   "intermediate, heads x head dims) to be a multiple of ",
+                                                   kQuantGroup));
+  }
   // Validate the shape parameters through the same parser the engine uses.
   const std::string config_text = FullConfig(o, types).dump(2);
   if (auto c = ParseModelConfig(config_text, "generated config"); !c.ok()) return c.status();
@@ -234,7 +319,7 @@ absl::Status WriteRandomCheckpoint(const std::string& dir, const RandomCheckpoin
 
   // Size estimate to pick the shard count (the 12B is ~24 GB → 6 shards).
   const double layer_bytes =
-      2.0 * (3.0 * o.hidden * o.intermediate + 2.0 * o.heads * o.global_head_dim * o.hidden +
+      (o.w4a16 ? 0.53 : 2.0) * (3.0 * o.hidden * o.intermediate + 2.0 * o.heads * o.global_head_dim * o.hidden +
              2.0 * o.kv_heads * o.head_dim * o.hidden);
   const double total = layer_bytes * o.layers + 2.0 * o.vocab * o.hidden;
   int shards = o.shards > 0 ? o.shards : std::max(2, static_cast<int>(std::ceil(total / 4e9)));

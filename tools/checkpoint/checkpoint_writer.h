@@ -38,7 +38,15 @@ struct RandomCheckpointOptions {
   // when the vocabulary holds the soft-token ids (258880..258883), as the real one does.
   bool text_only = false;
   std::string tokenizer_json; // copied into the checkpoint when set
+  // Decoder Linears in the compressed-tensors w4a16 layout of Google's QAT release (engine/model/
+  // compressed_tensors.h), quantized from the same random bf16 values by the int4 rule (quantize.h), so
+  // that the checkpoint holds the weights `--quantize int4` makes of its bf16 twin.
+  bool w4a16 = false;
 };
+
+// The values of `make-checkpoint --quantization`: "none" (bf16) or "w4a16"; anything else is
+// INVALID_ARGUMENT naming it.
+absl::Status ParseCheckpointQuantizationFlag(const std::string& value, RandomCheckpointOptions* opt);
 
 // Whether a checkpoint written with `opt` has the image and audio inputs.
 bool WritesMultimodal(const RandomCheckpointOptions& opt);
