@@ -4,7 +4,10 @@
 // Then times what a client asks of a store that size: ListJobs pages (newest, deep, by state, by owner),
 // GetJob of a finished job, and one retention pass.
 //
-//   bench_job_store [--jobs 1000000] [--dir /tmp/bench_job_store]
+//   bench_job_store [--jobs 1000000] [--dir /tmp/bench_job_store] [--keep]
+//
+// --keep leaves the store in place without the retention pass: a real coordinator can then be started on
+// it (bench/bench_job_memory.py --state-dir DIR) to measure it at that size.
 #include <unistd.h>
 
 #include <chrono>
@@ -25,6 +28,7 @@
 ABSL_FLAG(int64_t, jobs, 1000000, "finished jobs to accumulate");
 ABSL_FLAG(int64_t, tokens, 16, "tokens per job");
 ABSL_FLAG(std::string, dir, "/tmp/bench_job_store", "state directory (emptied first)");
+ABSL_FLAG(bool, keep, false, "keep the store (and skip the retention pass) for a coordinator to start on");
 
 namespace {
 
@@ -132,6 +136,10 @@ int main(int argc, char** argv) {
   page({.owner = "alice", .limit = 101}, "one owner's, 1 in 10");
   std::printf("GetJob of an old finished job (store read): %.3f ms\n",
               BestMs(20, [&] { Check(store->LoadJob(absl::StrCat("job-", n / 3)).status(), "load"); }));
+  if (absl::GetFlag(FLAGS_keep)) {
+    std::printf("kept %s for a coordinator (--state-dir)\n", dir.c_str());
+    return 0;
+  }
   const auto d0 = Clock::now();
   auto deleted = store->DeleteFinishedBefore(2000 + n / 10);
   Check(deleted.status(), "delete");

@@ -4,9 +4,9 @@
 // INTERNAL. Generated unary handlers deserialize through SerializationTraits<MessageLite>, streaming ones
 // through their own request type, so both are specialized here.
 //
-// Every C++ file of the project is compiled with this header force-included (CMakeLists.txt), so that
-// every translation unit sees the same specializations; it therefore declares only, and includes nothing
-// but gRPC's tiny primary template. The definitions are in proto/utf8_request_traits.cc.
+// Every C++ file of a target that links layerpipe_api_proto is compiled with this header force-included
+// (proto/CMakeLists.txt), so that every translation unit that can name a request sees the same
+// specializations; it therefore declares only, and includes nothing but gRPC's tiny primary template. The definitions are in proto/utf8_request_traits.cc.
 #ifndef LAYERPIPE_PROTO_GRPC_REQUEST_TRAITS_H_
 #define LAYERPIPE_PROTO_GRPC_REQUEST_TRAITS_H_
 

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
-bash scripts/build.sh
+bash scripts/build.sh --demo
 tokenizer=$(bash scripts/fetch_tokenizer.sh)
 model=build/demo_model
 if [ ! -f "$model/config.json" ]; then

@@ -1,6 +1,6 @@
 # The GPU tests on the CUDA emulator (tools/cuda_emu, README.md there), on a machine without a GPU: the
 # emulator's own tests, the cuda_*_test programs, the oracle check, bench_cuda and GPU clusters.
-if(LAYERPIPE_HAVE_CUDA)
+if(TARGET layerpipe_cuda_emu)
   find_package(Python3 REQUIRED COMPONENTS Interpreter)
   set(LPEMU_TESTS ${CMAKE_CURRENT_LIST_DIR})
   # The emulator's own tests, a .cu file translated like the kernels.
