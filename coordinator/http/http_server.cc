@@ -81,14 +81,14 @@ absl::StatusOr<JobPage> JobPageOf(const httplib::Request& req, std::string* para
     auto named = JobStateFromName(req.get_param_value("state"));
     if (!named) {
       *param = "state";
-      return absl::InvalidArgumentError(absl::StrCat(
-          "state must be one of queued, prefilling, decoding, succeeded, failed, cancelled, not \"",
-          req.get_param_value("state"), "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("state must be one of ", JobStateNames(), ", not \"", req.get_param_value("state"), "\""));
     }
     state = *named;
   }
+  // The state is valid by now: ParseJobPage can only refuse the size (negative) or the token.
   auto page = ParseJobPage(size, req.get_param_value("page_token"), state);
-  if (!page.ok()) *param = absl::StrContains(page.status().message(), "page_size") ? "page_size" : "page_token";
+  if (!page.ok()) *param = size < 0 ? "page_size" : "page_token";
   return page;
 }
 

@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace layerpipe {
@@ -40,6 +41,12 @@ std::optional<v1::JobState> JobStateFromName(const std::string& name) {
     if (name == JobStateName(s)) return s;
   }
   return std::nullopt;
+}
+
+std::string JobStateNames() {
+  std::vector<std::string> names;
+  for (v1::JobState s : kStates) names.push_back(JobStateName(s));
+  return absl::StrJoin(names, ", ");
 }
 
 std::string NextJobPageToken(v1::JobState state, int64_t last_seq) {

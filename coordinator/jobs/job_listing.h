@@ -35,6 +35,8 @@ std::string NextJobPageToken(v1::JobState state, int64_t last_seq);
 // and back; nullopt for any other name.
 const char* JobStateName(v1::JobState state);
 std::optional<v1::JobState> JobStateFromName(const std::string& name);
+// Those names, comma-separated, for a refusal's message.
+std::string JobStateNames();
 
 }  // namespace layerpipe
 

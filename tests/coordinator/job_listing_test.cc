@@ -42,6 +42,7 @@ TEST(JobListingTest, StateNamesRoundTrip) {
                          v1::JOB_CANCELLED}) {
     EXPECT_EQ(JobStateFromName(JobStateName(s)), s);
   }
+  EXPECT_EQ(JobStateNames(), "queued, prefilling, decoding, succeeded, failed, cancelled");
   EXPECT_FALSE(JobStateFromName("done").has_value());
   EXPECT_FALSE(JobStateFromName("unknown").has_value());
 }
